@@ -1,0 +1,26 @@
+# Two commands do all the set-up on a fresh machine: `make demo` (the main job) and `make test`.
+# Both create .venv/ and install structinit into it first.
+PYTHON ?= python3
+VENV := .venv
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q torch==2.14.1 torchvision==0.29.1
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/structinit init vit_tiny_patch16_224 --method impulse --seed 0
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+bench: $(STAMP)
+	$(VENV)/bin/python benchmarks/bench_init.py

@@ -1,0 +1,93 @@
+"""The adapter interface: what the init methods need to know about a model family.
+
+Methods never look inside a model; they ask its adapter for the attention layers (with views of
+their Q/K/V/proj weights), the token grid, the prefix tokens, the pseudo input and how to run the
+blocks. A new family (Swin, MLP-Mixer, ConvMixer, ...) is a new adapter, not a change to the methods.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+
+class AttentionLayer(abc.ABC):
+    """One multi-head self-attention layer and the norm in front of it."""
+
+    num_heads: int
+    head_dim: int
+    scale: float  # the factor applied to q.k logits (head_dim ** -0.5 for standard attention)
+    norm: nn.Module
+
+    @abc.abstractmethod
+    def qk_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Views (heads * head_dim, D) of the query and key weights: q = x @ Wq.T."""
+
+    @abc.abstractmethod
+    def qk_biases(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Views of the query and key biases, or None where the layer has none."""
+
+    @abc.abstractmethod
+    def value_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Views of the value weight (heads * head_dim, D) and output projection weight (D, heads * head_dim)."""
+
+    @abc.abstractmethod
+    def attention(self, x: torch.Tensor) -> torch.Tensor:
+        """Softmax attention maps (B, heads, T, T) of the layer for normalised input x (B, T, D)."""
+
+
+class ModelAdapter(abc.ABC):
+    """How structinit reads and writes one model family."""
+
+    family: ClassVar[str]  # shown in errors and listings
+    example: ClassVar[str]  # a model name of the family
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+
+    @classmethod
+    @abc.abstractmethod
+    def matches(cls, model: nn.Module) -> bool:
+        """Whether this adapter handles `model`."""
+
+    @property
+    @abc.abstractmethod
+    def grid(self) -> tuple[int, int]:
+        """Token grid (rows, cols) of the attention layers."""
+
+    @property
+    @abc.abstractmethod
+    def num_prefix_tokens(self) -> int:
+        """Tokens before the grid tokens in the sequence (class, distillation, register tokens)."""
+
+    @abc.abstractmethod
+    def layers(self) -> list[AttentionLayer]:
+        """The attention layers, in forward order."""
+
+    @abc.abstractmethod
+    def position_embedding(self) -> nn.Parameter | None:
+        """The additive absolute position embedding, or None if the model has none."""
+
+    @abc.abstractmethod
+    def pseudo_tokens(self) -> torch.Tensor:
+        """The token sequence (T, D) the model makes from an all-zero patch embedding: prefix tokens
+        plus position embedding. Normalised by a layer's norm, it is that layer's pseudo input."""
+
+    @abc.abstractmethod
+    def embed(self, images: torch.Tensor) -> torch.Tensor:
+        """Token sequence (B, T, D) entering the first block for a batch of images."""
+
+    @abc.abstractmethod
+    def run_block(self, index: int, x: torch.Tensor) -> torch.Tensor:
+        """Output of block `index` for its input x."""
+
+    @abc.abstractmethod
+    def reset_timm(self, generator: torch.Generator) -> None:
+        """Re-initialise every parameter as timm's own init does, drawing from `generator`."""
+
+    @abc.abstractmethod
+    def reset_kaiming(self, generator: torch.Generator) -> None:
+        """Re-initialise every parameter with PyTorch's defaults, drawing from `generator`."""

@@ -1,0 +1,142 @@
+"""timm's VisionTransformer (vit_*, deit_*, and every model built from that class)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from timm.layers import Attention
+from timm.models.vision_transformer import VisionTransformer
+from torch import nn
+
+from .base import AttentionLayer, ModelAdapter
+
+
+class TimmAttentionLayer(AttentionLayer):
+    """timm's `Attention`: fused qkv Linear, optional q/k norms, output projection."""
+
+    def __init__(self, block: nn.Module) -> None:
+        attn = block.attn
+        self.attn, self.norm = attn, block.norm1
+        self.num_heads, self.head_dim, self.scale = attn.num_heads, attn.head_dim, attn.scale
+
+    def _split(self, tensor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        width = self.num_heads * self.head_dim
+        return tensor[:width], tensor[width : 2 * width], tensor[2 * width :]
+
+    def qk_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        q, k, _ = self._split(self.attn.qkv.weight)
+        return q, k
+
+    def qk_biases(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        if self.attn.qkv.bias is None:
+            return None, None
+        q, k, _ = self._split(self.attn.qkv.bias)
+        return q, k
+
+    def value_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._split(self.attn.qkv.weight)[2], self.attn.proj.weight
+
+    def attention(self, x: torch.Tensor) -> torch.Tensor:
+        batch, tokens, _ = x.shape
+        qkv = self.attn.qkv(x).reshape(batch, tokens, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k = self.attn.q_norm(qkv[0]), self.attn.k_norm(qkv[1])
+        return torch.softmax((q * self.scale) @ k.transpose(-1, -2), dim=-1)
+
+
+class TimmViTAdapter(ModelAdapter):
+    family = "timm VisionTransformer (vit_*, deit_*, ...)"
+    example = "vit_tiny_patch16_224"
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__(model)
+        for i, block in enumerate(model.blocks):
+            attn = getattr(block, "attn", None)
+            if not isinstance(attn, Attention) or getattr(attn, "gate", None) is not None:
+                raise TypeError(
+                    f"block {i} of this VisionTransformer uses {type(attn).__name__}; structinit supports "
+                    "timm's standard `Attention` (fused qkv, optional qk-norm) in VisionTransformer blocks"
+                )
+
+    @classmethod
+    def matches(cls, model: nn.Module) -> bool:
+        return isinstance(model, VisionTransformer)
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        return tuple(self.model.patch_embed.grid_size)
+
+    @property
+    def num_prefix_tokens(self) -> int:
+        return self.model.num_prefix_tokens
+
+    def layers(self) -> list[AttentionLayer]:
+        return [TimmAttentionLayer(block) for block in self.model.blocks]
+
+    def position_embedding(self) -> nn.Parameter | None:
+        return self.model.pos_embed
+
+    def pseudo_tokens(self) -> torch.Tensor:
+        model = self.model
+        gh, gw = self.grid
+        param = next(model.parameters())
+        zeros = torch.zeros(1, gh, gw, model.embed_dim, device=param.device, dtype=param.dtype)
+        if not model.dynamic_img_size:
+            zeros = zeros.flatten(1, 2)
+        with _eval(model):
+            return model.norm_pre(model._pos_embed(zeros))[0]
+
+    def embed(self, images: torch.Tensor) -> torch.Tensor:
+        model = self.model
+        with _eval(model):
+            return model.norm_pre(model.patch_drop(model._pos_embed(model.patch_embed(images))))
+
+    def run_block(self, index: int, x: torch.Tensor) -> torch.Tensor:
+        with _eval(self.model):
+            return self.model.blocks[index](x)
+
+    def reset_timm(self, generator: torch.Generator) -> None:
+        # timm's init_weights draws from the global RNG: run it on a forked RNG seeded from ours.
+        seed = int(torch.randint(2**62, (1,), generator=generator))
+        devices = [p.device for p in self.model.parameters() if p.device.type == "cuda"][:1]
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
+            self.model.init_weights("")
+
+    def reset_kaiming(self, generator: torch.Generator) -> None:
+        model = self.model
+        for module in model.modules():
+            if isinstance(module, (nn.Linear, nn.Conv2d)):
+                _torch_default_(module, generator)
+            elif isinstance(module, nn.LayerNorm) and module.elementwise_affine:
+                nn.init.ones_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        # weight_init="skip" leaves these uninitialised (torch.empty); give them timm's values.
+        if model.pos_embed is not None and model.pos_embed.requires_grad:
+            nn.init.trunc_normal_(model.pos_embed, std=0.02, generator=generator)
+        for token in (model.cls_token, model.reg_token, getattr(model, "dist_token", None)):
+            if token is not None:
+                nn.init.normal_(token, std=1e-6, generator=generator)
+
+
+def _torch_default_(module: nn.Module, generator: torch.Generator) -> None:
+    """`reset_parameters()` of Linear/Conv (kaiming_uniform with a=sqrt(5)), with an explicit generator."""
+    nn.init.kaiming_uniform_(module.weight, a=math.sqrt(5), generator=generator)
+    if module.bias is not None:
+        fan_in = module.weight[0].numel()
+        bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+        nn.init.uniform_(module.bias, -bound, bound, generator=generator)
+
+
+class _eval:
+    """Context manager: module in eval mode (no dropout) inside, its previous mode restored after."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self.module, self.was_training = module, module.training
+
+    def __enter__(self) -> None:
+        self.module.eval()
+
+    def __exit__(self, *exc) -> None:
+        self.module.train(self.was_training)

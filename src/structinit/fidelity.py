@@ -1,0 +1,91 @@
+"""Fidelity: how much of each head's attention sits on one convolution offset.
+
+For a head and an offset delta, fidelity is the mean softmax mass that queries p put on key
+p + delta, over the queries for which that key exists. An impulse init aims for 1 on its assigned
+offset; a uniform map scores 1/T. `fidelity()` measures any model against the best offset per head.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .adapters import AttentionLayer, ModelAdapter, get_adapter
+from .filters import Offset, check_kernel_size, kernel_offsets, target_indices
+from .report import HeadReport, LayerReport, Report
+
+
+def offset_mass(attn: torch.Tensor, offsets: list[Offset], grid: tuple[int, int], num_prefix: int) -> torch.Tensor:
+    """Per head, the mean mass that valid grid queries put on their key at the head's offset.
+
+    attn: (B, heads, T, T) attention maps; offsets: one per head. Returns (heads,).
+    """
+    target, valid = target_indices(offsets, grid)
+    target, valid = target.to(attn.device), valid.to(attn.device)
+    grid_rows = attn[:, :, num_prefix:, :]
+    mass = grid_rows.gather(-1, (target + num_prefix).expand(attn.shape[0], -1, -1).unsqueeze(-1)).squeeze(-1)
+    return ((mass * valid).sum(-1) / valid.sum(-1).clamp_min(1)).mean(0)
+
+
+def best_offsets(attn: torch.Tensor, kernel_size: int, grid: tuple[int, int], num_prefix: int) -> list[HeadReport]:
+    """For each head, the offset of an f x f kernel that holds the most mass, and that mass."""
+    candidates = kernel_offsets(kernel_size)
+    heads = attn.shape[1]
+    masses = torch.stack([offset_mass(attn, [o] * heads, grid, num_prefix) for o in candidates], dim=1)
+    best = masses.argmax(dim=1)
+    return [HeadReport(candidates[int(i)], float(masses[h, i])) for h, i in enumerate(best)]
+
+
+def layer_inputs(adapter: ModelAdapter, images: torch.Tensor | None) -> list[torch.Tensor]:
+    """The normalised input of every attention layer: for images, that of the real forward pass;
+    without images, each layer's norm applied to the pseudo tokens."""
+    layers = adapter.layers()
+    if images is None:
+        tokens = adapter.pseudo_tokens().unsqueeze(0)
+        return [layer.norm(tokens) for layer in layers]
+    x = adapter.embed(images)
+    inputs = []
+    for i, layer in enumerate(layers):
+        inputs.append(layer.norm(x))
+        if i + 1 < len(layers):
+            x = adapter.run_block(i, x)
+    return inputs
+
+
+@torch.no_grad()
+def fidelity(
+    model: nn.Module, images: torch.Tensor | None = None, *, kernel_size: int = 3, batch_size: int = 32
+) -> Report:
+    """Measure every head's attention against its best offset of an f x f kernel.
+
+    Without `images`, on the pseudo input (each layer's norm of the position embedding plus prefix
+    tokens). With `images` (B, C, H, W, already normalised as the model expects), on the real forward
+    pass: the first layer sees patch embeddings plus position embedding, later layers what the model
+    feeds them. Works for any supported model, whatever its init.
+    """
+    adapter = get_adapter(model)
+    check_kernel_size(kernel_size, adapter.grid)
+    layers: list[AttentionLayer] = adapter.layers()
+    if images is not None:
+        if not isinstance(images, torch.Tensor) or images.dim() != 4:
+            raise ValueError(f"images must be a (B, C, H, W) tensor, got {getattr(images, 'shape', type(images))}")
+        param = next(model.parameters())
+        images = images.to(param.device, param.dtype)
+        chunks = images.split(batch_size)
+    else:
+        chunks = [None]
+    totals: list[torch.Tensor | None] = [None] * len(layers)
+    for chunk in chunks:
+        for i, (layer, x) in enumerate(zip(layers, layer_inputs(adapter, chunk))):
+            attn = layer.attention(x)
+            summed = attn.sum(0, keepdim=True) if chunk is not None else attn
+            totals[i] = summed if totals[i] is None else totals[i] + summed
+    count = images.shape[0] if images is not None else 1
+    result = []
+    for i, total in enumerate(totals):
+        mean_attn = total / count
+        result.append(
+            LayerReport(i, best_offsets(mean_attn.float(), kernel_size, adapter.grid, adapter.num_prefix_tokens))
+        )
+    source = "pseudo input" if images is None else f"{count} images"
+    return Report("measured", type(model).__name__, result, measured_on=source, options={"kernel_size": kernel_size})

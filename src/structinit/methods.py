@@ -1,0 +1,298 @@
+"""The inits: timm, kaiming, mimetic and impulse, behind one call, `initialize`.
+
+Every method draws its randomness from one `torch.Generator` seeded by `seed`, computes on the CPU
+in float64 where it solves, and writes the results into the model's parameters in place, so the
+same seed gives bit-identical weights on any device.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from .adapters import AttentionLayer, ModelAdapter, get_adapter
+from .fidelity import best_offsets, offset_mass
+from .filters import Offset, assign_offsets, check_kernel_size
+from .report import HeadReport, LayerReport, Report
+from .solvers import PseudoInput, balanced_factors, closed_form, refine
+
+
+def initialize(
+    model: nn.Module, method: str, *, kernel_size: int = 3, seed: int | None = None, **options: Any
+) -> Report:
+    """Initialise `model` in place with `method` and return a report.
+
+    Methods: "timm", "kaiming", "mimetic", "impulse"; see each `init_*` function for its options.
+    `kernel_size` is the f of the f x f kernel: the impulse offsets, and the offsets against which
+    every method's attention maps are measured in the report. `seed=None` draws a seed from torch's
+    global RNG (so `torch.manual_seed` makes it reproducible); the report records it.
+    """
+    if method not in METHODS:
+        raise ValueError(f"unknown init method {method!r}; choose one of {', '.join(sorted(METHODS))}")
+    init = METHODS[method]
+    parameters = inspect.signature(init).parameters
+    defaults = {name: p.default for name, p in parameters.items() if p.default is not inspect.Parameter.empty}
+    allowed = [name for name in parameters if name not in ("adapter", "generator", "kernel_size")]
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise TypeError(
+            f"unknown option(s) {', '.join(unknown)} for method {method!r}; "
+            f"its options are: {', '.join(allowed) or 'none'}"
+        )
+    if seed is None:
+        seed = int(torch.randint(2**31 - 1, (1,)))
+    elif isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int or None, got {seed!r}")
+    adapter = get_adapter(model)
+    check_kernel_size(kernel_size, adapter.grid)
+    generator = torch.Generator().manual_seed(seed)
+    start = time.perf_counter()
+    with torch.no_grad():
+        layers = init(adapter, generator, kernel_size=kernel_size, **options)
+    seconds = time.perf_counter() - start
+    resolved = {"kernel_size": kernel_size, **{k: v for k, v in defaults.items() if k != "kernel_size"}, **options}
+    return Report(method, type(model).__name__, layers, seconds, seed, resolved)
+
+
+# --- baselines -------------------------------------------------------------------------------
+
+
+def init_timm(adapter: ModelAdapter, generator: torch.Generator, *, kernel_size: int) -> list[LayerReport]:
+    """timm's ViT init: trunc-normal(0.02) Linear weights, zero biases, trunc-normal(0.02) pos_embed,
+    class/register tokens N(0, 1e-6) (timm.models.vision_transformer.init_weights_vit_timm)."""
+    adapter.reset_timm(generator)
+    return measured_layers(adapter, kernel_size)
+
+
+def init_kaiming(adapter: ModelAdapter, generator: torch.Generator, *, kernel_size: int) -> list[LayerReport]:
+    """PyTorch's default Linear/Conv init, kaiming_uniform(a=sqrt(5)) weights and U(+-1/sqrt(fan_in))
+    biases: what timm's weight_init="skip" leaves (the paper's "Kaiming Uniform" row). Position
+    embedding trunc-normal(0.02) and tokens N(0, 1e-6) as in timm, since "skip" leaves them unset."""
+    adapter.reset_kaiming(generator)
+    return measured_layers(adapter, kernel_size)
+
+
+def init_mimetic(
+    adapter: ModelAdapter,
+    generator: torch.Generator,
+    *,
+    kernel_size: int,
+    qk_alpha: float = 0.7,
+    qk_beta: float = 0.7,
+    vproj_alpha: float = 0.4,
+    vproj_beta: float = 0.4,
+    distribution: str = "uniform",
+) -> list[LayerReport]:
+    """Mimetic init (Trockman & Kolter, ICML 2023), on top of the model's current weights.
+
+    Per layer and head, W_q W_k^T is the best rank-head_dim approximation of qk_alpha Z + qk_beta I;
+    per layer, W_v W_proj = vproj_alpha Z - vproj_beta I; both factored by SVD into balanced factors
+    (U sqrt(S), V sqrt(S)). Z has i.i.d. entries of variance 1/D, uniform (the authors' code) or
+    normal (`distribution`). Only Q, K, V and proj weights change.
+    """
+    sample = _z_sampler(distribution, generator)
+    for layer in adapter.layers():
+        wq, wk = layer.qk_weights()
+        dim, d, h = wq.shape[1], layer.head_dim, layer.num_heads
+        eye = torch.eye(dim)
+        target = qk_alpha * sample(h, dim) + qk_beta * eye
+        q, k = balanced_factors(target, rank=d)  # (h, D, d)
+        _write_heads(wq, q), _write_heads(wk, k)
+        _write_value_proj(layer, vproj_alpha, vproj_beta, sample)
+    return measured_layers(adapter, kernel_size)
+
+
+# --- the method of the paper ----------------------------------------------------------------
+
+
+def init_impulse(
+    adapter: ModelAdapter,
+    generator: torch.Generator,
+    *,
+    kernel_size: int,
+    assignment: str = "random",
+    solver: str = "closed_form",
+    target_fidelity: float = 0.98,
+    pseudo_input: str = "pos_embed",
+    noise_std: float = 1.0,
+    pos_scale: float = 18.0,
+    vproj_alpha: float = 0.4,
+    vproj_beta: float = 0.4,
+    refine_steps: int = 100,
+    refine_lr: float = 0.01,
+) -> list[LayerReport]:
+    """Impulse init (Zheng et al., NeurIPS 2025): each head's attention map is an impulse filter.
+
+    Each head gets an offset of the f x f kernel (`assignment`: "random", seeded, every offset once
+    before any repeats; or "ordered", the authors' centre/neighbours/diagonals). Q and K are solved so
+    that softmax(scale X Q K^T X^T) puts `target_fidelity` of each query's mass on key p + offset,
+    where X is the layer's norm applied to the pseudo input (`pseudo_input`: "pos_embed", the model's
+    prefix tokens plus position embedding; "uniform" or "gaussian" noise; or "pos_embed+noise",
+    Gaussian noise of `noise_std` times the embedding's std added; paper App. C.1).
+
+    `solver="closed_form"`: keys get nearly orthogonal codes and queries the code of their target
+    key, with the gain that gives each head exactly `target_fidelity` (see solvers.py).
+    `solver="refine"`: then `refine_steps` of Adam (relative step `refine_lr`) on the paper's
+    softmax-MSE objective (Algorithm 1), batched over all heads of all layers.
+
+    The authors' scales: the position embedding is multiplied by `pos_scale` (18), so that it
+    dominates the patch content on real images, and V/proj get the mimetic form
+    W_v W_proj = vproj_alpha Z - vproj_beta I (0.4, 0.4). Query/key biases are zeroed; MLPs, norms,
+    embeddings other than the position embedding, and the head are left as they are.
+    """
+    _check_choice("assignment", assignment, ("random", "ordered"))
+    _check_choice("solver", solver, ("closed_form", "refine"))
+    _check_choice("pseudo_input", pseudo_input, ("pos_embed", "uniform", "gaussian", "pos_embed+noise"))
+    if not 0.0 < target_fidelity < 1.0:
+        raise ValueError(f"target_fidelity must be in (0, 1), got {target_fidelity}")
+    for name, value in (("pos_scale", pos_scale), ("noise_std", noise_std)):
+        if not value >= 0:
+            raise ValueError(f"{name} must be >= 0, got {value}")
+    pos = adapter.position_embedding()
+    if pos is None:
+        raise ValueError(
+            "the impulse init solves Q/K from the model's position embedding, and this model has none "
+            "(pos_embed is None); create it with a position embedding (timm: pos_embed='learn')"
+        )
+    pos.mul_(pos_scale)
+    tokens = _pseudo_tokens(adapter, pseudo_input, noise_std, generator)
+    grid, prefix = adapter.grid, adapter.num_prefix_tokens
+    layers = adapter.layers()
+    sample = _z_sampler("uniform", generator)
+    pseudos, qs, ks, all_offsets, seconds = [], [], [], [], []
+    pseudo: PseudoInput | None = None
+    for layer in layers:
+        start = time.perf_counter()
+        d = layer.head_dim
+        offsets = assign_offsets(layer.num_heads, kernel_size, assignment, generator)
+        x = layer.norm(tokens.unsqueeze(0))[0].double().cpu()
+        if pseudo is None or not torch.equal(x, pseudo.x):
+            pseudo = PseudoInput(x)
+        q, k = closed_form(pseudo, offsets, grid, prefix, target_fidelity, layer.scale, d, generator)
+        pseudos.append(pseudo)
+        qs.append(q)
+        ks.append(k)
+        all_offsets.append(offsets)
+        _write_value_proj(layer, vproj_alpha, vproj_beta, sample)
+        seconds.append(time.perf_counter() - start)
+    if solver == "refine":
+        start = time.perf_counter()
+        qs, ks = refine(
+            pseudos,
+            qs,
+            ks,
+            [layer.scale for layer in layers],
+            all_offsets,
+            grid,
+            prefix,
+            steps=refine_steps,
+            lr=refine_lr,
+        )
+        share = (time.perf_counter() - start) / len(layers)
+        seconds = [s + share for s in seconds]
+    reports = []
+    for i, (layer, pseudo, q, k, offsets) in enumerate(zip(layers, pseudos, qs, ks, all_offsets)):
+        wq, wk = layer.qk_weights()
+        _write_heads(wq, q), _write_heads(wk, k)
+        for bias in layer.qk_biases():
+            if bias is not None:
+                bias.zero_()
+        attn = layer.attention(pseudo.x.to(wq.device, wq.dtype).unsqueeze(0))
+        fid = offset_mass(attn.float(), offsets, grid, prefix)
+        reports.append(LayerReport(i, [HeadReport(o, float(f)) for o, f in zip(offsets, fid)], seconds[i]))
+    worst = min(h.fidelity for layer in reports for h in layer.heads)
+    if worst < target_fidelity - 0.01:
+        warnings.warn(
+            f"impulse init: the worst head reaches fidelity {worst:.3f}, short of target_fidelity={target_fidelity}: "
+            f"head_dim {layers[0].head_dim} is small for {pseudo.x.shape[0]} tokens (codes of that length are not "
+            "orthogonal enough); solver='refine', fewer heads or a smaller kernel do better",
+            stacklevel=3,
+        )
+    return reports
+
+
+METHODS: dict[str, Callable[..., list[LayerReport]]] = {
+    "timm": init_timm,
+    "kaiming": init_kaiming,
+    "mimetic": init_mimetic,
+    "impulse": init_impulse,
+}
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def measured_layers(adapter: ModelAdapter, kernel_size: int) -> list[LayerReport]:
+    """Best-offset fidelity of every head on the pseudo input (None without a position embedding)."""
+    layers = adapter.layers()
+    if adapter.position_embedding() is None:
+        return [LayerReport(i, [HeadReport(None, None)] * layer.num_heads) for i, layer in enumerate(layers)]
+    tokens = adapter.pseudo_tokens().unsqueeze(0)
+    return [
+        LayerReport(
+            i,
+            best_offsets(
+                layer.attention(layer.norm(tokens)).float(), kernel_size, adapter.grid, adapter.num_prefix_tokens
+            ),
+        )
+        for i, layer in enumerate(layers)
+    ]
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+
+
+def _z_sampler(distribution: str, generator: torch.Generator) -> Callable[[int, int], torch.Tensor]:
+    """Draws (n, D, D) float32 matrices with i.i.d. entries of mean 0 and variance 1/D."""
+    _check_choice("distribution", distribution, ("uniform", "normal"))
+
+    def sample(n: int, dim: int) -> torch.Tensor:
+        z = torch.empty(n, dim, dim)
+        if distribution == "normal":
+            return z.normal_(0.0, 1.0 / math.sqrt(dim), generator=generator)
+        bound = math.sqrt(3.0 / dim)
+        return z.uniform_(-bound, bound, generator=generator)
+
+    return sample
+
+
+def _pseudo_tokens(adapter: ModelAdapter, kind: str, noise_std: float, generator: torch.Generator) -> torch.Tensor:
+    """The (T, D) token sequence whose per-layer normalisation is the pseudo input of the solve."""
+    tokens = adapter.pseudo_tokens()
+    if kind == "pos_embed":
+        return tokens
+    noise = torch.empty(tokens.shape, dtype=torch.float64)
+    if kind == "uniform":
+        noise.uniform_(-math.sqrt(3.0), math.sqrt(3.0), generator=generator)
+        return noise.to(tokens)
+    noise.normal_(0.0, 1.0, generator=generator)
+    if kind == "gaussian":
+        return noise.to(tokens)
+    return tokens + noise.to(tokens) * noise_std * tokens.std()
+
+
+def _write_heads(weight: torch.Tensor, factors: torch.Tensor) -> None:
+    """Write per-head factors (heads, D, d) into a (heads * d, D) weight view: rows of head h = factors[h]^T."""
+    weight.copy_(factors.transpose(-1, -2).reshape(weight.shape).to(weight.dtype))
+
+
+def _write_value_proj(layer: AttentionLayer, alpha: float, beta: float, sample: Callable) -> None:
+    """W_v^T W_proj^T = alpha Z - beta I (x -> x W_v^T W_proj^T is the value path), balanced by SVD."""
+    wv, wproj = layer.value_weights()
+    dim = wv.shape[1]
+    target = alpha * sample(1, dim)[0] - beta * torch.eye(dim)
+    left, right = balanced_factors(target, rank=wv.shape[0])  # left right^T ~= target
+    wv.copy_(left.T.to(wv.dtype))
+    wproj.copy_(right.to(wproj.dtype))
+
+
+__all__ = ["METHODS", "Offset", "initialize"]

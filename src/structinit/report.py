@@ -1,0 +1,93 @@
+"""What an init did, per layer and head, in a form to print, log or save as JSON."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .filters import Offset
+
+
+@dataclass
+class HeadReport:
+    offset: Offset | None  # the head's impulse offset (dy, dx): assigned, or the best one when measured
+    fidelity: float | None  # mean attention mass valid queries put on the key at that offset
+
+
+@dataclass
+class LayerReport:
+    index: int
+    heads: list[HeadReport]
+    seconds: float = 0.0  # time spent solving this layer
+
+
+@dataclass
+class Report:
+    """Per-layer, per-head offsets and fidelities; `mean_fidelity`/`min_fidelity` summarise them."""
+
+    method: str
+    model: str
+    layers: list[LayerReport]
+    seconds: float = 0.0
+    seed: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    measured_on: str = "pseudo input"
+
+    def _fidelities(self) -> list[float]:
+        return [h.fidelity for layer in self.layers for h in layer.heads if h.fidelity is not None]
+
+    @property
+    def mean_fidelity(self) -> float | None:
+        values = self._fidelities()
+        return sum(values) / len(values) if values else None
+
+    @property
+    def min_fidelity(self) -> float | None:
+        values = self._fidelities()
+        return min(values) if values else None
+
+    @property
+    def max_fidelity(self) -> float | None:
+        values = self._fidelities()
+        return max(values) if values else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "model": self.model,
+            "seed": self.seed,
+            "options": dict(self.options),
+            "measured_on": self.measured_on,
+            "mean_fidelity": self.mean_fidelity,
+            "min_fidelity": self.min_fidelity,
+            "seconds": self.seconds,
+            "layers": [
+                {
+                    "index": layer.index,
+                    "seconds": layer.seconds,
+                    "heads": [
+                        {"offset": list(h.offset) if h.offset else None, "fidelity": h.fidelity} for h in layer.heads
+                    ],
+                }
+                for layer in self.layers
+            ],
+        }
+
+    def __str__(self) -> str:
+        def fmt(value: float | None) -> str:
+            return "-" if value is None else f"{value:.3f}"
+
+        options = ", ".join(f"{k}={v}" for k, v in self.options.items())
+        lines = [
+            f"{self.method} init of {self.model} (seed {self.seed}) in {self.seconds:.3f} s"
+            + (f" [{options}]" if options else ""),
+            f"fidelity on {self.measured_on}: mean {fmt(self.mean_fidelity)}, worst head {fmt(self.min_fidelity)}",
+            "layer  seconds  heads: offset (dy,dx) fidelity",
+        ]
+        for layer in self.layers:
+            cells = "  ".join(
+                f"{f'({h.offset[0]:+d},{h.offset[1]:+d})' if h.offset else '(  -  )'} {fmt(h.fidelity)}"
+                for h in layer.heads
+            )
+            lines.append(f"{layer.index:>5}  {layer.seconds:7.3f}  {cells}")
+        return "\n".join(lines)

@@ -1,0 +1,185 @@
+"""Solve query/key weights whose softmax attention on a pseudo input reproduces impulse maps.
+
+Shapes: X is (T, D), the pseudo input of one layer (T tokens: P prefix tokens, then the N grid tokens
+in raster order); Q and K are (heads, D, d), so that head h's logits are scale * X Q_h K_h^T X^T.
+
+The closed form does not fit the 0/1 target map by least squares and truncate it to rank d, as the
+authors' solver does: a shift matrix is nearly full rank, so its rank-d truncation is blurred, which is
+why that solver loses fidelity on small heads. Instead every key gets a d-dimensional *code*
+psi_q = X K (the top-d left singular vectors of X, scaled to about unit norm: nearly orthogonal to each
+other) and every query is mapped onto the code of its target key, X Q = c P_X S psi. The logit of the
+target is then about c and every other logit about c * O(1/sqrt(d)), whatever the grid; the gain c of
+each head is set by bisection so that the head's mean fidelity is exactly the one asked for. Because
+the codes lie on X's strongest directions, the maps also survive the patch content of real images
+better than least-squares fits (see benchmarks/bench_init.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .filters import Offset, target_indices
+
+
+class PseudoInput:
+    """A layer's pseudo input X (T, D) in float64 with its SVD, computed once and shared by layers
+    whose pseudo inputs are identical (all of them at init when the norms are untrained). It also
+    remembers the solution per offset, which every head with that offset shares up to a rotation."""
+
+    def __init__(self, x: torch.Tensor) -> None:
+        self.x = x.detach().double().cpu()
+        u, s, vh = torch.linalg.svd(self.x, full_matrices=False)
+        # X comes from float32 activations: singular values below float32 precision are noise (a
+        # LayerNorm output has an exact null direction, the all-ones vector, that must not be inverted).
+        keep = s > s[0] * 1e-5
+        self.left, self.values, self.right = u[:, keep], s[keep], vh[keep].T
+        self.pinv = (self.right / self.values) @ self.left.T
+        self._solved: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    @property
+    def rank(self) -> int:
+        return len(self.values)
+
+    def solve_offset(
+        self, offset: Offset, grid: tuple[int, int], num_prefix: int, fidelity: float, head_dim: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Q, K (D, head_dim) for one offset, with logits X Q K^T X^T of mean fidelity `fidelity`."""
+        key = (offset, grid, num_prefix, fidelity, head_dim)
+        if key not in self._solved:
+            x, tokens = self.x, self.x.shape[0]
+            width = min(head_dim, self.rank)
+            codes = x.new_zeros(tokens, head_dim)
+            codes[:, :width] = self.left[:, :width] * math.sqrt(tokens / width)  # rows of about unit norm
+            target, valid = target_indices([offset], grid)
+            target = target + num_prefix
+            shifted = x.new_zeros(1, tokens, head_dim)
+            shifted[:, num_prefix:] = codes[target] * valid.unsqueeze(-1)
+            q, k = self.pinv @ shifted[0], self.pinv @ codes
+            logits = ((x @ q) @ (x @ k).T).unsqueeze(0)
+            gain = float(_gain_for_fidelity(logits, target, valid, num_prefix, fidelity)[0])
+            balance = math.sqrt(float(q.norm() / k.norm().clamp_min(1e-30)))
+            self._solved[key] = (q * math.sqrt(gain) / balance, k * math.sqrt(gain) * balance)
+        return self._solved[key]
+
+
+def closed_form(
+    pseudo: PseudoInput,
+    offsets: list[Offset],
+    grid: tuple[int, int],
+    num_prefix: int,
+    target_fidelity: float,
+    scale: float,
+    head_dim: int,
+    generator: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Q, K (heads, D, head_dim), float64, whose attention on X has mean fidelity `target_fidelity`.
+
+    Prefix tokens keep their own codes as keys and have no target as queries (their rows stay near
+    uniform). Each head's Q and K are turned by its own random rotation of the head dimensions, which
+    leaves its logits unchanged, so that heads sharing an offset do not share weights.
+    """
+    qs, ks = [], []
+    for offset in offsets:
+        q, k = pseudo.solve_offset(offset, grid, num_prefix, target_fidelity, head_dim)
+        gauss = torch.empty(head_dim, head_dim, dtype=torch.float64).normal_(generator=generator)
+        rotation, _ = torch.linalg.qr(gauss)
+        qs.append(q @ rotation)
+        ks.append(k @ rotation)
+    root = 1.0 / math.sqrt(scale)
+    return torch.stack(qs) * root, torch.stack(ks) * root
+
+
+def _gain_for_fidelity(
+    logits: torch.Tensor, target: torch.Tensor, valid: torch.Tensor, num_prefix: int, fidelity: float
+) -> torch.Tensor:
+    """Per head, the factor c for which softmax(c * logits) has mean target mass `fidelity` (bisection;
+    the mass grows with c as long as the target is each row's largest logit)."""
+    lo = torch.zeros(logits.shape[0], dtype=logits.dtype)
+    hi = torch.full_like(lo, 1e4)
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        short = mean_target_mass(mid.view(-1, 1, 1) * logits, target, valid, num_prefix) < fidelity
+        lo, hi = torch.where(short, mid, lo), torch.where(short, hi, mid)
+    return hi
+
+
+def mean_target_mass(logits: torch.Tensor, target: torch.Tensor, valid: torch.Tensor, num_prefix: int) -> torch.Tensor:
+    """Per head, the mean softmax mass that valid grid queries put on their target key (an index
+    into all T keys). logits: (heads, T, T); target, valid: (heads, N)."""
+    mass = torch.softmax(logits[:, num_prefix:], dim=-1).gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    return (mass * valid).sum(-1) / valid.sum(-1).clamp_min(1)
+
+
+def balanced_factors(m: torch.Tensor, rank: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Factors L (..., D, r), R (..., D', r), float32, with L R^T the best rank-r approximation of m.
+
+    L = U sqrt(S), R = V sqrt(S) as from the SVD, computed from the eigendecomposition of m m^T
+    (about twice as fast as an SVD on a CPU); R = m^T U / sqrt(S) keeps L R^T = U U^T m exact.
+    """
+    rank = rank or m.shape[-2]
+    m = m.float()  # float32 halves the time; the factors are weights, stored in float32 anyway
+    evals, evecs = torch.linalg.eigh(m @ m.transpose(-1, -2))
+    evals, evecs = evals.flip(-1)[..., :rank], evecs.flip(-1)[..., :rank]
+    root = evals.clamp_min(evals[..., :1] * 1e-12).sqrt().sqrt()  # S^(1/2)
+    left = evecs * root.unsqueeze(-2)
+    right = (m.transpose(-1, -2) @ evecs) / root.unsqueeze(-2)
+    return left, right
+
+
+def refine(
+    pseudos: list[PseudoInput],
+    qs: list[torch.Tensor],
+    ks: list[torch.Tensor],
+    scales: list[float],
+    offsets: list[list[Offset]],
+    grid: tuple[int, int],
+    num_prefix: int,
+    steps: int = 100,
+    lr: float = 0.01,
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The paper's Algorithm 1: Adam on || softmax(scale X Q K^T X^T) - H ||^2 over valid queries,
+    from the given Q, K, batched over every head of every layer.
+
+    Only the part of Q and K in X's row space changes the logits, so the optimisation runs in that
+    r-dimensional space (r <= T), several times cheaper than in D dimensions for wide models, and in
+    units of each tensor's RMS, so that `lr` is a relative step whatever the weights' scale.
+    """
+    with torch.enable_grad():
+        coords, params, units, targets = [], [], [], []
+        for pseudo, q, k, offs in zip(pseudos, qs, ks, offsets):
+            qk = pseudo.right.T @ torch.cat([q, k], -1).double()  # (heads, r, 2d)
+            unit = qk.pow(2).mean().sqrt()
+            coords.append((pseudo.left * pseudo.values).float())  # X in the row-space basis: (T, r)
+            params.append(torch.nn.Parameter((qk / unit).float()))
+            units.append(unit)
+            target, valid = target_indices(offs, grid)
+            targets.append((target + num_prefix, valid))
+        optimiser = torch.optim.Adam(params, lr=lr)
+        for _ in range(steps):
+            optimiser.zero_grad(set_to_none=True)
+            loss = sum(
+                _impulse_mse(c, p * float(u), s, t, v, num_prefix)
+                for c, p, u, s, (t, v) in zip(coords, params, units, scales, targets)
+            )
+            loss.backward()
+            optimiser.step()
+    out_q, out_k = [], []
+    for pseudo, p, u, q, k in zip(pseudos, params, units, qs, ks):
+        d = q.shape[-1]
+        start = pseudo.right.T @ torch.cat([q, k], -1).double()
+        moved = q.new_tensor(0) + pseudo.right @ (p.detach().double() * u - start)
+        out_q.append(q.double() + moved[..., :d])
+        out_k.append(k.double() + moved[..., d:])
+    return out_q, out_k
+
+
+def _impulse_mse(
+    x: torch.Tensor, qk: torch.Tensor, scale: float, target: torch.Tensor, valid: torch.Tensor, num_prefix: int
+) -> torch.Tensor:
+    d = qk.shape[-1] // 2
+    attn = torch.softmax(scale * (x @ qk[..., :d]) @ (x @ qk[..., d:]).transpose(-1, -2), dim=-1)[:, num_prefix:]
+    onehot = torch.zeros_like(attn).scatter_(-1, target.unsqueeze(-1), 1.0)
+    err = (attn - onehot).pow(2).sum(-1)
+    return (err * valid).sum() / valid.sum().clamp_min(1)

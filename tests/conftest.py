@@ -1,0 +1,21 @@
+import pytest
+import timm
+import torch
+
+
+def small_vit(**kwargs):
+    """A ViT for 32x32 images with patch 4 (8x8 grid), the paper's small-image configuration."""
+    config = dict(img_size=32, patch_size=4, embed_dim=192, depth=2, num_heads=12, num_classes=10)
+    config.update(kwargs)
+    return timm.create_model("vit_tiny_patch16_224", **config)
+
+
+@pytest.fixture
+def make_vit():
+    return small_vit
+
+
+@pytest.fixture
+def images():
+    generator = torch.Generator().manual_seed(0)
+    return torch.randn(4, 3, 32, 32, generator=generator)

@@ -1,0 +1,196 @@
+import pytest
+import timm
+import torch
+
+import structinit
+from conftest import small_vit
+from structinit.filters import kernel_offsets
+
+PAPER_MODELS = {
+    "vit_tiny_patch16_224 (3 heads)": lambda: timm.create_model("vit_tiny_patch16_224"),
+    "vit_small_patch16_224 (6 heads)": lambda: timm.create_model("vit_small_patch16_224"),
+    "vit_base_patch16_224 (12 heads)": lambda: timm.create_model("vit_base_patch16_224"),
+    "32px/p4, 9 heads": lambda: small_vit(embed_dim=180, num_heads=9),
+    "32px/p4, 12 heads": lambda: small_vit(num_heads=12),
+}
+
+
+@pytest.mark.parametrize("name", PAPER_MODELS)
+def test_impulse_reaches_095_on_every_head(name):
+    model = PAPER_MODELS[name]()
+    report = structinit.initialize(model, "impulse", seed=0)
+    assert report.min_fidelity >= 0.95, str(report)
+    # the report's numbers are those of the model's own attention modules on the pseudo input
+    measured = structinit.fidelity(model)
+    for layer, check in zip(report.layers, measured.layers):
+        for head, best in zip(layer.heads, check.heads):
+            assert best.offset == head.offset
+            assert best.fidelity == pytest.approx(head.fidelity, abs=1e-4)
+
+
+def test_target_fidelity_sets_the_strength(make_vit):
+    for target in (0.5, 0.9, 0.99):
+        report = structinit.initialize(make_vit(), "impulse", seed=0, target_fidelity=target)
+        assert report.mean_fidelity == pytest.approx(target, abs=2e-3)
+
+
+@pytest.mark.parametrize("method", ["timm", "kaiming"])
+def test_baselines_are_far_from_impulses(make_vit, method):
+    report = structinit.initialize(make_vit(), method, seed=0)
+    tokens = 8 * 8 + 1
+    assert report.max_fidelity < 3.0 / tokens  # a uniform map gives 1/T
+
+
+def test_uniform_attention_measures_one_over_tokens(make_vit):
+    model = make_vit()
+    for block in model.blocks:
+        block.attn.qkv.weight.data.zero_()
+        block.attn.qkv.bias.data.zero_()
+    report = structinit.fidelity(model)
+    assert report.mean_fidelity == pytest.approx(1 / 65, rel=1e-5)
+
+
+def test_mimetic_heads_attend_to_themselves(make_vit):
+    """Mimetic init (W_q W_k^T ~ I + noise) makes each token attend to itself: an impulse at the
+    centre offset for every head, never a shifted one."""
+    model = make_vit(embed_dim=192, num_heads=3)
+    report = structinit.initialize(model, "mimetic", seed=0)
+    assert all(h.offset == (0, 0) for layer in report.layers for h in layer.heads)
+    assert report.min_fidelity > 0.3
+
+
+def test_impulse_with_more_heads_than_offsets_covers_the_kernel(make_vit):
+    for f, heads, dim in [(3, 9, 180), (3, 12, 192), (5, 25, 400)]:
+        report = structinit.initialize(make_vit(embed_dim=dim, num_heads=heads), "impulse", kernel_size=f, seed=3)
+        for layer in report.layers:
+            assert {h.offset for h in layer.heads} == set(kernel_offsets(f))
+        assert report.min_fidelity >= 0.95
+
+
+def test_ordered_assignment_follows_the_authors_order(make_vit):
+    report = structinit.initialize(make_vit(num_heads=3), "impulse", seed=0, assignment="ordered")
+    assert [h.offset for h in report.layers[0].heads] == [(0, 0), (-1, 0), (0, 1)]
+
+
+@pytest.mark.parametrize("method", ["timm", "kaiming", "mimetic", "impulse"])
+def test_same_seed_same_weights_bit_for_bit(make_vit, method):
+    torch.manual_seed(0)
+    a = make_vit()
+    torch.manual_seed(0)
+    b = make_vit()
+    torch.manual_seed(1)  # the global RNG must not matter
+    structinit.initialize(a, method, seed=7)
+    torch.manual_seed(2)
+    structinit.initialize(b, method, seed=7)
+    for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
+        assert torch.equal(x, y), name
+
+
+def test_different_seeds_different_offsets(make_vit):
+    first = structinit.initialize(make_vit(num_heads=3), "impulse", seed=0)
+    second = structinit.initialize(make_vit(num_heads=3), "impulse", seed=1)
+    offsets = lambda r: [h.offset for layer in r.layers for h in layer.heads]  # noqa: E731
+    assert offsets(first) != offsets(second)
+
+
+def test_seed_none_is_drawn_from_torch_and_recorded(make_vit):
+    torch.manual_seed(123)
+    first = structinit.initialize(make_vit(), "impulse")
+    torch.manual_seed(123)
+    second = structinit.initialize(make_vit(), "impulse")
+    assert first.seed == second.seed and isinstance(first.seed, int)
+
+
+@pytest.mark.parametrize("method", ["mimetic", "impulse"])
+def test_only_attention_and_position_embedding_change(make_vit, method):
+    model = make_vit()
+    structinit.initialize(model, "kaiming", seed=1)  # random biases, so that zeroing them shows
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    structinit.initialize(model, method, seed=0)
+    after = model.state_dict()
+    for name, value in before.items():
+        touched = name.endswith(("attn.qkv.weight", "attn.proj.weight"))
+        touched |= method == "impulse" and (name.endswith("attn.qkv.bias") or name == "pos_embed")
+        if touched:
+            assert not torch.equal(value, after[name]), name
+        else:
+            assert torch.equal(value, after[name]), name
+    if method == "impulse":
+        assert torch.equal(after["pos_embed"], before["pos_embed"] * 18.0)
+        d = 192
+        for i in range(len(model.blocks)):
+            assert torch.equal(after[f"blocks.{i}.attn.qkv.bias"][: 2 * d], torch.zeros(2 * d))
+            bias = f"blocks.{i}.attn.qkv.bias"
+            assert torch.equal(after[bias][2 * d :], before[bias][2 * d :])
+
+
+def test_mimetic_products_have_the_promised_form(make_vit):
+    model = make_vit(num_heads=3)
+    structinit.initialize(model, "mimetic", seed=0, vproj_alpha=0.0, vproj_beta=0.4, qk_alpha=0.0, qk_beta=0.7)
+    attn, d, dim = model.blocks[0].attn, 64, 192
+    wq, wk, wv = attn.qkv.weight[:dim], attn.qkv.weight[dim : 2 * dim], attn.qkv.weight[2 * dim :]
+    vproj = wv.T @ attn.proj.weight.T  # x -> x W_v^T W_proj^T
+    assert torch.allclose(vproj, -0.4 * torch.eye(dim), atol=1e-5)
+    for h in range(3):
+        qk = wq[h * d : (h + 1) * d].T @ wk[h * d : (h + 1) * d]
+        # best rank-d approximation of 0.7 I is 0.7 times a rank-d projection
+        assert torch.allclose(qk, qk.T, atol=1e-5)
+        assert torch.linalg.matrix_rank(qk).item() == d
+        assert torch.allclose(qk @ qk, 0.7 * qk, atol=1e-4)
+
+
+@pytest.mark.parametrize("method", ["timm", "kaiming", "mimetic", "impulse"])
+def test_initialised_model_still_trains(make_vit, images, method):
+    model = make_vit()
+    structinit.initialize(model, method, seed=0)
+    labels = torch.arange(4) % 10
+    optimiser = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    losses = []
+    for _ in range(2):
+        loss = torch.nn.functional.cross_entropy(model(images), labels)
+        assert torch.isfinite(loss)
+        losses.append(loss.item())
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+    assert losses[1] < losses[0]
+
+
+def test_refine_solver_sharpens_the_maps(make_vit):
+    closed = structinit.initialize(make_vit(), "impulse", seed=0, target_fidelity=0.9)
+    refined = structinit.initialize(
+        make_vit(), "impulse", seed=0, target_fidelity=0.9, solver="refine", refine_steps=30
+    )
+    assert refined.min_fidelity > closed.max_fidelity
+
+
+@pytest.mark.parametrize("kind", ["uniform", "gaussian", "pos_embed+noise"])
+def test_other_pseudo_inputs_fit_themselves_but_not_the_position_embedding(make_vit, kind):
+    model = make_vit()
+    report = structinit.initialize(model, "impulse", seed=0, pseudo_input=kind, noise_std=0.5)
+    assert report.min_fidelity >= 0.95  # on the pseudo input the solve saw
+    if kind != "pos_embed+noise":
+        assert structinit.fidelity(model).mean_fidelity < 0.5  # pure noise carries no position
+
+
+def test_report_serialises(make_vit):
+    report = structinit.initialize(make_vit(num_heads=3), "impulse", seed=0)
+    data = report.to_dict()
+    assert {"method", "mean_fidelity", "min_fidelity", "seconds"} <= set(data)
+    assert data["method"] == "impulse" and data["options"]["target_fidelity"] == 0.98
+    assert len(data["layers"]) == 2 and len(data["layers"][0]["heads"]) == 3
+    text = str(report)
+    assert "impulse init of VisionTransformer" in text and "worst head" in text
+
+
+def test_fidelity_on_real_images_sees_position_through_content(make_vit, images):
+    model = make_vit()
+    structinit.initialize(model, "impulse", seed=0)
+    first_layer = structinit.fidelity(model, images).layers[0]
+    assert min(h.fidelity for h in first_layer.heads) > 0.1  # >> 1/65 for a uniform map
+
+
+def test_heads_too_small_for_the_target_get_a_warning(make_vit):
+    with pytest.warns(UserWarning, match="head_dim 4 is small"):
+        report = structinit.initialize(make_vit(num_heads=48), "impulse", kernel_size=5, seed=0)
+    assert report.min_fidelity < 0.97
