@@ -19,9 +19,9 @@ from torch import nn
 
 from .adapters import AttentionLayer, ModelAdapter, get_adapter
 from .fidelity import best_offsets, offset_mass
-from .filters import Offset, assign_offsets, check_kernel_size
+from .filters import Offset, assign_offsets, check_kernel_size, target_indices
 from .report import HeadReport, LayerReport, Report
-from .solvers import PseudoInput, balanced_factors, closed_form, refine
+from .solvers import PseudoInput, balanced_factors, closed_form, gain_for_fidelity, refine
 
 
 def initialize(
@@ -175,7 +175,8 @@ def init_impulse(
         x = layer.norm(tokens.unsqueeze(0))[0].double().cpu()
         if pseudo is None or not torch.equal(x, pseudo.x):
             pseudo = PseudoInput(x)
-        q, k = closed_form(pseudo, offsets, grid, prefix, target_fidelity, layer.scale, d, generator)
+        zero_mean = layer.qk_norms() is not None
+        q, k = closed_form(pseudo, offsets, grid, prefix, target_fidelity, layer.scale, d, generator, zero_mean)
         pseudos.append(pseudo)
         qs.append(q)
         ks.append(k)
@@ -204,7 +205,10 @@ def init_impulse(
         for bias in layer.qk_biases():
             if bias is not None:
                 bias.zero_()
-        attn = layer.attention(pseudo.x.to(wq.device, wq.dtype).unsqueeze(0))
+        x = pseudo.x.to(wq.device, wq.dtype).unsqueeze(0)
+        if layer.qk_norms() is not None:
+            _set_qk_norm_gain(layer, x, offsets, grid, prefix, target_fidelity)
+        attn = layer.attention(x)
         fid = offset_mass(attn.float(), offsets, grid, prefix)
         reports.append(LayerReport(i, [HeadReport(o, float(f)) for o, f in zip(offsets, fid)], seconds[i]))
     worst = min(h.fidelity for layer in reports for h in layer.heads)
@@ -244,6 +248,25 @@ def measured_layers(adapter: ModelAdapter, kernel_size: int) -> list[LayerReport
         )
         for i, layer in enumerate(layers)
     ]
+
+
+def _set_qk_norm_gain(
+    layer: AttentionLayer, x: torch.Tensor, offsets: list[Offset], grid: tuple[int, int], prefix: int, fidelity: float
+) -> None:
+    """With q/k norms, the norms fix the logits' scale: set both norms' gains to one value g (shared by
+    the layer's heads, as the norms are) so that the heads reach `fidelity` on average."""
+    norms = layer.qk_norms()
+    if any(getattr(norm, "weight", None) is None for norm in norms):
+        raise ValueError("the impulse init needs affine q/k norms (a weight to set the attention's sharpness)")
+    for norm in norms:
+        norm.weight.fill_(1.0)
+        if getattr(norm, "bias", None) is not None:
+            norm.bias.zero_()
+    logits = torch.log(layer.attention(x)[0].double().clamp_min(1e-300))  # log-softmax at gain 1
+    target, valid = target_indices(offsets, grid)
+    gain = float(gain_for_fidelity(logits, target + prefix, valid, prefix, fidelity, shared=True)[0])
+    for norm in norms:
+        norm.weight.fill_(math.sqrt(gain))
 
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:

@@ -58,7 +58,7 @@ class PseudoInput:
             shifted[:, num_prefix:] = codes[target] * valid.unsqueeze(-1)
             q, k = self.pinv @ shifted[0], self.pinv @ codes
             logits = ((x @ q) @ (x @ k).T).unsqueeze(0)
-            gain = float(_gain_for_fidelity(logits, target, valid, num_prefix, fidelity)[0])
+            gain = float(gain_for_fidelity(logits, target, valid, num_prefix, fidelity)[0])
             balance = math.sqrt(float(q.norm() / k.norm().clamp_min(1e-30)))
             self._solved[key] = (q * math.sqrt(gain) / balance, k * math.sqrt(gain) * balance)
         return self._solved[key]
@@ -73,34 +73,47 @@ def closed_form(
     scale: float,
     head_dim: int,
     generator: torch.Generator,
+    zero_mean: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Q, K (heads, D, head_dim), float64, whose attention on X has mean fidelity `target_fidelity`.
 
     Prefix tokens keep their own codes as keys and have no target as queries (their rows stay near
     uniform). Each head's Q and K are turned by its own random rotation of the head dimensions, which
-    leaves its logits unchanged, so that heads sharing an offset do not share weights.
+    leaves its logits unchanged, so that heads sharing an offset do not share weights. With
+    `zero_mean` (for q/k LayerNorms) the codes use head_dim - 1 dimensions, rotated away from the
+    all-ones direction, so that every q and k has zero mean and the norm only rescales it.
     """
+    width = head_dim - int(zero_mean)
     qs, ks = [], []
     for offset in offsets:
-        q, k = pseudo.solve_offset(offset, grid, num_prefix, target_fidelity, head_dim)
-        gauss = torch.empty(head_dim, head_dim, dtype=torch.float64).normal_(generator=generator)
-        rotation, _ = torch.linalg.qr(gauss)
+        q, k = pseudo.solve_offset(offset, grid, num_prefix, target_fidelity, width)
+        gauss = torch.empty(head_dim, width, dtype=torch.float64).normal_(generator=generator)
+        if zero_mean:
+            gauss -= gauss.mean(0)
+        rotation = torch.linalg.qr(gauss)[0].T  # (width, head_dim), orthonormal rows
         qs.append(q @ rotation)
         ks.append(k @ rotation)
     root = 1.0 / math.sqrt(scale)
     return torch.stack(qs) * root, torch.stack(ks) * root
 
 
-def _gain_for_fidelity(
-    logits: torch.Tensor, target: torch.Tensor, valid: torch.Tensor, num_prefix: int, fidelity: float
+def gain_for_fidelity(
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    valid: torch.Tensor,
+    num_prefix: int,
+    fidelity: float,
+    shared: bool = False,
 ) -> torch.Tensor:
     """Per head, the factor c for which softmax(c * logits) has mean target mass `fidelity` (bisection;
-    the mass grows with c as long as the target is each row's largest logit)."""
-    lo = torch.zeros(logits.shape[0], dtype=logits.dtype)
+    the mass grows with c as long as the target is each row's largest logit). With `shared`, one c
+    for all heads, reaching `fidelity` on average over them."""
+    lo = torch.zeros(1 if shared else logits.shape[0], dtype=logits.dtype)
     hi = torch.full_like(lo, 1e4)
     for _ in range(60):
         mid = (lo + hi) / 2
-        short = mean_target_mass(mid.view(-1, 1, 1) * logits, target, valid, num_prefix) < fidelity
+        mass = mean_target_mass(mid.view(-1, 1, 1) * logits, target, valid, num_prefix)
+        short = (mass.mean(0, keepdim=True) if shared else mass) < fidelity
         lo, hi = torch.where(short, mid, lo), torch.where(short, hi, mid)
     return hi
 

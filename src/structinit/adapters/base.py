@@ -31,6 +31,10 @@ class AttentionLayer(abc.ABC):
         """Views of the query and key biases, or None where the layer has none."""
 
     @abc.abstractmethod
+    def qk_norms(self) -> tuple[nn.Module, nn.Module] | None:
+        """The norms applied to each head's q and k (qk-norm), or None."""
+
+    @abc.abstractmethod
     def value_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Views of the value weight (heads * head_dim, D) and output projection weight (D, heads * head_dim)."""
 

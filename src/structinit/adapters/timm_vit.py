@@ -34,6 +34,11 @@ class TimmAttentionLayer(AttentionLayer):
         q, k, _ = self._split(self.attn.qkv.bias)
         return q, k
 
+    def qk_norms(self) -> tuple[nn.Module, nn.Module] | None:
+        if isinstance(self.attn.q_norm, nn.Identity) and isinstance(self.attn.k_norm, nn.Identity):
+            return None
+        return self.attn.q_norm, self.attn.k_norm
+
     def value_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self._split(self.attn.qkv.weight)[2], self.attn.proj.weight
 

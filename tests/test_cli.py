@@ -1,0 +1,52 @@
+import json
+import subprocess
+import sys
+
+from structinit.cli import main, parse_assignments
+
+SMALL = ["--model-kwargs", "img_size=32,patch_size=4,num_heads=12,depth=2"]
+
+
+def test_init_prints_the_report_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "report.json"
+    code = main(["init", "vit_tiny_patch16_224", *SMALL, "--kernel-size", "5", "--json", str(out)])
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "impulse init of VisionTransformer (seed 0)" in text and "worst head 0.98" in text
+    data = json.loads(out.read_text())
+    assert data["options"]["kernel_size"] == 5 and len(data["layers"]) == 2
+
+
+def test_init_passes_method_options(capsys):
+    assert main(["init", "vit_tiny_patch16_224", *SMALL, "--options", "target_fidelity=0.9,assignment=ordered"]) == 0
+    text = capsys.readouterr().out
+    assert "mean 0.900" in text and "(+0,+0) 0.9" in text
+
+
+def test_errors_are_one_line_and_exit_2(capsys):
+    assert main(["init", "vit_tiny_patch16_224", *SMALL, "--kernel-size", "11"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("structinit init: error: kernel_size 11 does not fit the 8x8 token grid")
+    assert "Traceback" not in err
+    assert main(["init", "no_such_model"]) == 2
+    assert "Unknown model (no_such_model)" in capsys.readouterr().err
+    assert main(["init", "vit_tiny_patch16_224", "--options", "nope"]) == 2
+    assert "--options: expected key=value, got 'nope'" in capsys.readouterr().err
+
+
+def test_parse_assignments_keeps_brackets_together():
+    assert parse_assignments("img_size=(32,48),depth=6,global_pool=avg", "x") == {
+        "img_size": (32, 48),
+        "depth": 6,
+        "global_pool": "avg",
+    }
+
+
+def test_python_dash_m_entry_point():
+    result = subprocess.run(
+        [sys.executable, "-m", "structinit", "init", "vit_tiny_patch16_224", *SMALL, "--method", "timm"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "timm init of VisionTransformer" in result.stdout
