@@ -57,9 +57,9 @@ def test_fixed_sincos_position_embedding():
     model = small_vit()
     table = build_sincos2d_pos_embed((8, 8), 192).unsqueeze(0)
     model.pos_embed = torch.nn.Parameter(torch.cat([torch.zeros(1, 1, 192), table], 1), requires_grad=False)
-    report = structinit.initialize(model, "impulse", seed=0, pos_scale=1.0)
+    report = structinit.initialize(model, "impulse", seed=0, pos_scale=None)
     assert report.min_fidelity >= 0.95
-    assert torch.equal(model.pos_embed[0, 1:], table[0])  # a fixed embedding keeps its values with pos_scale=1
+    assert torch.equal(model.pos_embed[0, 1:], table[0])  # pos_scale=None keeps a fixed table as it is
 
 
 def test_deit_distilled_has_two_prefix_tokens():
@@ -113,7 +113,7 @@ def test_unknown_option_lists_the_method_options():
         (dict(solver="lbfgs"), "solver must be one of 'closed_form', 'refine', got 'lbfgs'"),
         (dict(pseudo_input="image"), "pseudo_input must be one of"),
         (dict(target_fidelity=1.0), r"target_fidelity must be in \(0, 1\), got 1.0"),
-        (dict(pos_scale=-1.0), "pos_scale must be >= 0, got -1.0"),
+        (dict(pos_scale=-1.0), "pos_scale must be > 0 or None, got -1.0"),
     ],
 )
 def test_bad_option_values(options, message):

@@ -122,7 +122,7 @@ def init_impulse(
     target_fidelity: float = 0.98,
     pseudo_input: str = "pos_embed",
     noise_std: float = 1.0,
-    pos_scale: float = 18.0,
+    pos_scale: float | None = 18.0,
     vproj_alpha: float = 0.4,
     vproj_beta: float = 0.4,
     refine_steps: int = 100,
@@ -142,8 +142,11 @@ def init_impulse(
     `solver="refine"`: then `refine_steps` of Adam (relative step `refine_lr`) on the paper's
     softmax-MSE objective (Algorithm 1), batched over all heads of all layers.
 
-    The authors' scales: the position embedding is multiplied by `pos_scale` (18), so that it
-    dominates the patch content on real images, and V/proj get the mimetic form
+    The authors' scales: the position embedding is multiplied by 18, so that it weighs more against
+    the patch content on real images. Here `pos_scale` rescales it to a standard deviation of
+    pos_scale x 0.02 (timm's init std): x18 on a fresh timm model, and the same result if the init
+    is applied twice; `pos_scale=None` leaves it as it is (e.g. a fixed sin-cos table). V/proj get
+    the mimetic form
     W_v W_proj = vproj_alpha Z - vproj_beta I (0.4, 0.4). Query/key biases are zeroed; MLPs, norms,
     embeddings other than the position embedding, and the head are left as they are.
     """
@@ -152,16 +155,20 @@ def init_impulse(
     _check_choice("pseudo_input", pseudo_input, ("pos_embed", "uniform", "gaussian", "pos_embed+noise"))
     if not 0.0 < target_fidelity < 1.0:
         raise ValueError(f"target_fidelity must be in (0, 1), got {target_fidelity}")
-    for name, value in (("pos_scale", pos_scale), ("noise_std", noise_std)):
-        if not value >= 0:
-            raise ValueError(f"{name} must be >= 0, got {value}")
+    if not noise_std >= 0:
+        raise ValueError(f"noise_std must be >= 0, got {noise_std}")
+    if pos_scale is not None and not pos_scale > 0:
+        raise ValueError(f"pos_scale must be > 0 or None, got {pos_scale}")
     pos = adapter.position_embedding()
     if pos is None:
         raise ValueError(
             "the impulse init solves Q/K from the model's position embedding, and this model has none "
             "(pos_embed is None); create it with a position embedding (timm: pos_embed='learn')"
         )
-    pos.mul_(pos_scale)
+    if pos_scale is not None:
+        if float(pos.std()) == 0.0:
+            raise ValueError("the position embedding is constant: initialise it (e.g. method 'timm') first")
+        pos.mul_(0.02 * pos_scale / pos.std())
     tokens = _pseudo_tokens(adapter, pseudo_input, noise_std, generator)
     grid, prefix = adapter.grid, adapter.num_prefix_tokens
     layers = adapter.layers()
