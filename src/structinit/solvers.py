@@ -158,13 +158,15 @@ def refine(
     Only the part of Q and K in X's row space changes the logits, so the optimisation runs in that
     r-dimensional space (r <= T), several times cheaper than in D dimensions for wide models, and in
     units of each tensor's RMS, so that `lr` is a relative step whatever the weights' scale.
+    The objective sees raw logits: with q/k norms, the caller sets the norms' gain afterwards.
     """
     with torch.enable_grad():
-        coords, params, units, targets = [], [], [], []
+        coords, starts, params, units, targets = [], [], [], [], []
         for pseudo, q, k, offs in zip(pseudos, qs, ks, offsets):
             qk = pseudo.right.T @ torch.cat([q, k], -1).double()  # (heads, r, 2d)
             unit = qk.pow(2).mean().sqrt()
             coords.append((pseudo.left * pseudo.values).float())  # X in the row-space basis: (T, r)
+            starts.append(qk)
             params.append(torch.nn.Parameter((qk / unit).float()))
             units.append(unit)
             target, valid = target_indices(offs, grid)
@@ -179,10 +181,9 @@ def refine(
             loss.backward()
             optimiser.step()
     out_q, out_k = [], []
-    for pseudo, p, u, q, k in zip(pseudos, params, units, qs, ks):
+    for pseudo, start, p, u, q, k in zip(pseudos, starts, params, units, qs, ks):
         d = q.shape[-1]
-        start = pseudo.right.T @ torch.cat([q, k], -1).double()
-        moved = q.new_tensor(0) + pseudo.right @ (p.detach().double() * u - start)
+        moved = pseudo.right @ (p.detach().double() * u - start)
         out_q.append(q.double() + moved[..., :d])
         out_k.append(k.double() + moved[..., d:])
     return out_q, out_k
