@@ -53,7 +53,78 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--model-kwargs", help="timm.create_model keywords, e.g. img_size=32,patch_size=4,num_heads=12")
     init.add_argument("--options", help="method options, e.g. target_fidelity=0.9,assignment=ordered")
     init.add_argument("--json", metavar="PATH", help="also write the report as JSON")
+
+    train = commands.add_parser("train", help="train one model (timm recipe); torchrun for several processes")
+    add_train_arguments(train)
     return parser
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of `train` (and of `compare`, which shares them): None means the preset's or the default."""
+    from .data import DATASETS_HELP
+
+    add = parser.add_argument
+    add("--data", help=f"dataset (default digits): {DATASETS_HELP}")
+    add("--data-root", help="where torchvision datasets live or are downloaded (default ./data)")
+    add("--download", action="store_true", default=None, help="download a torchvision dataset (needs internet)")
+    add("--cache-dir", help="where decoded small-image datasets are cached (default ~/.cache/structinit)")
+    add("--per-class", type=int, help="train on a stratified subset of K images per class")
+    add("--train-fraction", type=float, help="train on a stratified fraction of each class")
+    add("--subset-seed", type=int, help="seed of the subset draw (default 0)")
+    add("--model", help="timm model name or preset (vit_digits, vit_tiny_p4, vit_tiny_p2, vit_small_p4, vit_d6_p4)")
+    add("--model-kwargs", help="timm.create_model keywords, e.g. depth=6,num_heads=12,global_pool=avg")
+    add("--init", choices=sorted(METHODS), help="initialisation (default impulse)")
+    add("--init-kwargs", help="options of the init method, e.g. target_fidelity=0.9")
+    add("--kernel-size", type=int, help="impulse kernel size f (default 3)")
+    add("--preset", help="recipe preset: small-data, imagenet, cpu-quick")
+    add("--epochs", type=int)
+    add("--batch-size", type=int, help="global batch size (split across processes)")
+    add("--lr", type=float)
+    add("--weight-decay", type=float)
+    add("--warmup-epochs", type=float)
+    add("--smoothing", type=float, help="label smoothing")
+    add("--mixup", type=float, help="mixup alpha (0 = off)")
+    add("--cutmix", type=float, help="cutmix alpha (0 = off)")
+    add("--drop-path", type=float)
+    add("--min-lr", type=float, help="final learning rate of the cosine schedule")
+    add("--randaugment", help="timm RandAugment string, e.g. rand-m9-mstd0.5-inc1 (large-image path)")
+    add("--reprob", type=float, help="random erasing probability")
+    add("--clip-grad", type=float)
+    add("--ema-decay", type=float, help="keep an EMA of the weights with this decay and report its accuracy")
+    add("--amp", choices=["auto", "bf16", "fp16", "none"])
+    add("--compile", action="store_true", default=None, help="torch.compile the model")
+    add("--device", help="auto (default), cpu, cuda, cuda:1, mps")
+    add("--workers", type=int, help="DataLoader workers for large images")
+    add("--seed", type=int)
+    add("--out", help="run directory (default runs/run)")
+    add("--resume", action="store_true", default=None, help="continue the run in --out from its last checkpoint")
+    add("--stop-after", type=int, metavar="K", help="end after epoch K, leaving a resumable checkpoint")
+    add("--quiet", action="store_true", default=None, help="no progress bars")
+
+
+def train_config(args: argparse.Namespace, **overrides: Any):
+    from dataclasses import fields
+
+    from .train import TrainConfig
+
+    names = [f.name for f in fields(TrainConfig) if f.name not in ("model_kwargs", "init_kwargs", "preset")]
+    values = {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
+    if args.model_kwargs:
+        values["model_kwargs"] = parse_assignments(args.model_kwargs, "--model-kwargs")
+    if args.init_kwargs:
+        values["init_kwargs"] = parse_assignments(args.init_kwargs, "--init-kwargs")
+    values.update(overrides)
+    return TrainConfig.from_preset(args.preset, **values)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from .train import print_summary, train
+
+    config = train_config(args)
+    summary = train(config)
+    if int(__import__("os").environ.get("RANK", "0")) == 0:
+        print_summary(summary, config.out)
+    return 0
 
 
 def run_init(args: argparse.Namespace) -> int:
@@ -78,7 +149,7 @@ def run_init(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return {"init": run_init}[args.command](args)
-    except (ValueError, TypeError) as error:
+        return {"init": run_init, "train": run_train}[args.command](args)
+    except (ValueError, TypeError, FileNotFoundError, FileExistsError, RuntimeError) as error:
         print(f"structinit {args.command}: error: {error}", file=sys.stderr)
         return 2

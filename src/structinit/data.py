@@ -1,0 +1,273 @@
+"""Datasets: the embedded digits, ImageFolder trees, and the torchvision sets of the paper.
+
+Small images (the array-backed sets and ImageFolder trees of images up to 64 px) are decoded once
+into uint8 tensors held in memory (and cached on disk), so that training augments whole batches on
+the training device. Larger images stream through timm's transforms and DataLoader workers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+# names of the paper's datasets -> torchvision class names (downloaded with --download where online)
+TORCHVISION_SETS = {
+    "cifar10": "CIFAR10",
+    "cifar100": "CIFAR100",
+    "svhn": "SVHN",
+    "stl10": "STL10",
+    "flowers102": "Flowers102",
+    "pets": "OxfordIIITPet",
+    "food101": "Food101",
+}
+IN_MEMORY_SETS = {"digits", "cifar10", "cifar100", "svhn", "stl10"}
+SMALL_IMAGE_PX = 64
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".gif", ".tif", ".tiff", ".webp"}
+DATASETS_HELP = (
+    "digits | imagefolder:PATH | cifar10 | cifar100 | svhn | stl10 | flowers102 | pets | food101 | imagenet:PATH, "
+    "or NAME:PATH for an ImageFolder copy of a named set (PATH/train and PATH/test or PATH/val)"
+)
+
+
+@dataclass
+class TensorData:
+    """Images held in memory as uint8 (N, C, H, W) tensors, labels as int64 (N,)."""
+
+    name: str
+    train_images: torch.Tensor
+    train_labels: torch.Tensor
+    test_images: torch.Tensor
+    test_labels: torch.Tensor
+    classes: list[str]
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        return tuple(self.train_images.shape[1:])
+
+
+@dataclass
+class StreamData:
+    """Datasets of PIL images for the transform/DataLoader path (large images)."""
+
+    name: str
+    train: torch.utils.data.Dataset
+    test: torch.utils.data.Dataset
+    train_labels: torch.Tensor
+    classes: list[str]
+    channels: int = 3
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+
+def parse_spec(spec: str) -> tuple[str, Path | None]:
+    """'cifar10' -> ('cifar10', None); 'imagefolder:/d' -> ('imagefolder', Path('/d'))."""
+    name, _, path = spec.partition(":")
+    name = name.strip().lower()
+    known = {"digits", "imagefolder", "imagenet", *TORCHVISION_SETS}
+    if name not in known:
+        raise ValueError(f"unknown dataset {spec!r}; --data takes {DATASETS_HELP}")
+    if name in ("imagefolder", "imagenet") and not path:
+        raise ValueError(f"--data {name} needs a path: {name}:PATH")
+    return name, Path(path).expanduser() if path else None
+
+
+def load_data(
+    spec: str,
+    *,
+    root: str | Path = "data",
+    download: bool = False,
+    cache_dir: str | Path | None = None,
+    per_class: int | None = None,
+    train_fraction: float | None = None,
+    subset_seed: int = 0,
+) -> TensorData | StreamData:
+    """Load a dataset by its --data spec, with an optional stratified training subset."""
+    name, path = parse_spec(spec)
+    if name == "digits":
+        data = _digits()
+    elif path is not None:
+        data = _imagefolder(name, path, cache_dir)
+    elif name in IN_MEMORY_SETS:
+        data = _torchvision_arrays(name, Path(root), download)
+    else:
+        data = _torchvision_stream(name, Path(root), download)
+    keep = stratified_subset(data.train_labels, per_class, train_fraction, subset_seed)
+    if keep is not None:
+        if isinstance(data, TensorData):
+            data.train_images, data.train_labels = data.train_images[keep], data.train_labels[keep]
+        else:
+            data.train = torch.utils.data.Subset(data.train, keep.tolist())
+            data.train_labels = data.train_labels[keep]
+    return data
+
+
+def stratified_subset(
+    labels: torch.Tensor, per_class: int | None, fraction: float | None, seed: int
+) -> torch.Tensor | None:
+    """Indices of a deterministic stratified subset: `per_class` images of every class, or `fraction`
+    of each class (rounded, at least one). The draw depends on `seed` and the labels only."""
+    if per_class is None and fraction is None:
+        return None
+    if per_class is not None and fraction is not None:
+        raise ValueError("give --per-class or --train-fraction, not both")
+    if per_class is not None and per_class < 1:
+        raise ValueError(f"--per-class must be >= 1, got {per_class}")
+    if fraction is not None and not 0 < fraction <= 1:
+        raise ValueError(f"--train-fraction must be in (0, 1], got {fraction}")
+    generator = torch.Generator().manual_seed(seed)
+    chosen = []
+    for cls in torch.unique(labels).tolist():
+        members = torch.nonzero(labels == cls).flatten()
+        count = per_class if per_class is not None else max(1, round(fraction * len(members)))
+        if count > len(members):
+            raise ValueError(f"--per-class {per_class}: class {cls} has only {len(members)} training images")
+        chosen.append(members[torch.randperm(len(members), generator=generator)[:count]])
+    return torch.cat(chosen).sort().values
+
+
+# --- sources ---------------------------------------------------------------------------------
+
+
+def _digits() -> TensorData:
+    """scikit-learn's bundled 8x8 digits (1,797 images, values 0..16) with a fixed stratified split
+    of 1,437 training and 360 test images."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    digits = load_digits()
+    images = torch.from_numpy((digits.images * (255.0 / 16.0)).round().astype(np.uint8)).unsqueeze(1)
+    labels = torch.from_numpy(digits.target.astype(np.int64))
+    train_idx, test_idx = train_test_split(
+        np.arange(len(labels)), test_size=360, stratify=digits.target, random_state=0
+    )
+    train_idx, test_idx = torch.from_numpy(np.sort(train_idx)), torch.from_numpy(np.sort(test_idx))
+    classes = [str(i) for i in range(10)]
+    return TensorData("digits", images[train_idx], labels[train_idx], images[test_idx], labels[test_idx], classes)
+
+
+def _split_dirs(path: Path) -> tuple[Path, Path]:
+    if not path.is_dir():
+        raise FileNotFoundError(f"dataset directory {path} does not exist")
+    train = path / "train"
+    test = next((path / d for d in ("test", "val") if (path / d).is_dir()), None)
+    if not train.is_dir() or test is None:
+        raise FileNotFoundError(f"{path} must hold train/ and test/ (or val/) folders of class subfolders")
+    return train, test
+
+
+def _list_images(split: Path, classes: list[str] | None = None) -> tuple[list[Path], list[int], list[str]]:
+    classes = classes or sorted(d.name for d in split.iterdir() if d.is_dir())
+    if not classes:
+        raise FileNotFoundError(f"{split} has no class subfolders")
+    files, labels = [], []
+    for index, cls in enumerate(classes):
+        folder = split / cls
+        found = sorted(f for f in folder.rglob("*") if f.suffix.lower() in IMAGE_SUFFIXES) if folder.is_dir() else []
+        files += found
+        labels += [index] * len(found)
+    if not files:
+        raise FileNotFoundError(f"no images under {split}")
+    return files, labels, classes
+
+
+def _open_image(path: Path, mode: str = "RGB") -> Image.Image:
+    try:
+        with Image.open(path) as image:
+            return image.convert(mode)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"cannot read image {path}: {error}") from None
+
+
+def _imagefolder(name: str, path: Path, cache_dir: str | Path | None) -> TensorData | StreamData:
+    train_dir, test_dir = _split_dirs(path)
+    train_files, train_labels, classes = _list_images(train_dir)
+    test_files, test_labels, _ = _list_images(test_dir, classes)
+    probe = _open_image(train_files[0])
+    if max(probe.size) > SMALL_IMAGE_PX:
+        from torchvision.datasets import ImageFolder
+
+        loader = lambda f: _open_image(Path(f))  # noqa: E731
+        train = ImageFolder(str(train_dir), loader=loader)
+        test = ImageFolder(str(test_dir), loader=loader)
+        return StreamData(name, train, test, torch.tensor(train.targets), train.classes)
+    train_images = _decode_cached(train_files, probe.size, cache_dir)
+    test_images = _decode_cached(test_files, probe.size, cache_dir)
+    return TensorData(
+        name, train_images, torch.tensor(train_labels), test_images, torch.tensor(test_labels), list(classes)
+    )
+
+
+def _decode_cached(files: list[Path], size: tuple[int, int], cache_dir: str | Path | None) -> torch.Tensor:
+    """Decode images into a uint8 (N, 3, H, W) tensor, cached under `cache_dir` by file list and size."""
+    key = hashlib.sha1("\n".join(f"{f}:{f.stat().st_mtime_ns}" for f in files).encode()).hexdigest()[:16]
+    cache = Path(cache_dir or Path.home() / ".cache" / "structinit") / f"images-{key}.pt"
+    if cache.exists():
+        return torch.load(cache)
+    from tqdm.auto import tqdm
+
+    out = torch.empty(len(files), 3, size[1], size[0], dtype=torch.uint8)
+    for i, f in enumerate(tqdm(files, desc=f"decoding {files[0].parents[1].name}", unit="img", leave=False)):
+        image = _open_image(f)
+        if image.size != size:
+            raise ValueError(f"image {f} is {image.size[0]}x{image.size[1]}, the others {size[0]}x{size[1]}")
+        out[i] = torch.from_numpy(np.asarray(image)).permute(2, 0, 1)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_suffix(f".tmp{os.getpid()}")
+    torch.save(out, tmp)
+    os.replace(tmp, cache)
+    return out
+
+
+def _torchvision(name: str, root: Path, download: bool, train: bool):
+    import torchvision.datasets as tvd
+
+    cls = getattr(tvd, TORCHVISION_SETS[name])
+    if name in ("svhn", "stl10", "flowers102", "food101"):
+        split = {"flowers102": "train" if train else "test"}.get(name, "train" if train else "test")
+        kwargs = {"split": split}
+    elif name == "pets":
+        kwargs = {"split": "trainval" if train else "test"}
+    else:
+        kwargs = {"train": train}
+    try:
+        return cls(str(root / name), download=download, **kwargs)
+    except RuntimeError as error:
+        if download:
+            raise
+        raise FileNotFoundError(
+            f"{name} is not under {root / name} ({error}); pass --download to fetch it (needs internet), "
+            f"or use --data {name}:PATH for an ImageFolder copy"
+        ) from None
+
+
+def _torchvision_arrays(name: str, root: Path, download: bool) -> TensorData:
+    sets = [_torchvision(name, root, download, train) for train in (True, False)]
+    arrays = []
+    for ds in sets:
+        data = torch.from_numpy(np.asarray(ds.data))
+        if data.shape[-1] == 3:  # (N, H, W, C) -> (N, C, H, W)
+            data = data.permute(0, 3, 1, 2)
+        labels = getattr(ds, "targets", None)
+        labels = labels if labels is not None else ds.labels
+        arrays += [data.contiguous(), torch.as_tensor(np.asarray(labels), dtype=torch.int64)]
+    classes = list(getattr(sets[0], "classes", [str(i) for i in range(int(arrays[1].max()) + 1)]))
+    return TensorData(name, *arrays, classes)
+
+
+def _torchvision_stream(name: str, root: Path, download: bool) -> StreamData:
+    train, test = (_torchvision(name, root, download, t) for t in (True, False))
+    labels = getattr(train, "_labels", None) or getattr(train, "targets", None)
+    classes = list(getattr(train, "classes", [str(i) for i in range(max(labels) + 1)]))
+    return StreamData(name, train, test, torch.as_tensor(labels), classes)

@@ -1,0 +1,39 @@
+"""Model construction: any timm model name, plus presets for the small-image ViTs of the paper."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import timm
+from torch import nn
+
+# name -> (timm architecture, keyword arguments); image size and channels come from the data
+PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
+    "vit_digits": ("vit_tiny_patch16_224", dict(patch_size=1, embed_dim=64, depth=4, num_heads=4, mlp_ratio=2.0)),
+    "vit_tiny_p4": ("vit_tiny_patch16_224", dict(patch_size=4)),  # ViT-T (192 x 12, 3 heads) at 32 px
+    "vit_tiny_p2": ("vit_tiny_patch16_224", dict(patch_size=2)),
+    "vit_small_p4": ("vit_small_patch16_224", dict(patch_size=4)),
+    "vit_d6_p4": ("vit_tiny_patch16_224", dict(patch_size=4, depth=6)),  # the FINDINGS / study ViT
+}
+
+
+def create_model(
+    name: str, *, num_classes: int, in_chans: int, img_size: int | None, drop_path: float = 0.0, **kwargs: Any
+) -> nn.Module:
+    """timm.create_model for a preset or any timm name; `img_size` is passed to ViT-family models."""
+    arch, preset_kwargs = PRESETS.get(name, (name, {}))
+    options = {**preset_kwargs, **kwargs, "num_classes": num_classes, "in_chans": in_chans}
+    if drop_path:
+        options["drop_path_rate"] = drop_path
+    if img_size is not None and "img_size" not in options and _takes_img_size(arch):
+        options["img_size"] = img_size
+    try:
+        return timm.create_model(arch, **options)
+    except RuntimeError as error:
+        if "Unknown model" in str(error):
+            raise ValueError(f"{error}; presets: {', '.join(PRESETS)}") from None
+        raise
+
+
+def _takes_img_size(arch: str) -> bool:
+    return arch.split("_")[0] in {"vit", "deit", "eva", "swin", "mixer", "beit"}

@@ -1,0 +1,535 @@
+"""The trainer: timm's recipe (AdamW, cosine schedule with warmup, label smoothing, mixup/cutmix,
+drop-path, gradient clipping, EMA) around a model initialised by structinit, on CPU, CUDA or MPS,
+in one process or many (torchrun, DDP).
+
+A run lives in one directory: config.yaml (resolved), metrics.jsonl (one line per epoch), last.pt
+(written atomically after every epoch) and summary.json at the end. Every epoch reseeds its random
+streams from (seed, epoch), so a run stopped after epoch k and resumed ends with the same weights
+as one that never stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import yaml
+from timm.data import Mixup, create_transform, resolve_data_config
+from timm.data.random_erasing import RandomErasing
+from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
+from timm.optim import create_optimizer_v2
+from timm.scheduler import CosineLRScheduler
+from timm.utils import ModelEmaV3
+from torch import nn
+from tqdm.auto import tqdm
+
+from .augment import BatchAugment
+from .data import StreamData, TensorData, load_data
+from .methods import initialize
+from .models import create_model
+
+
+@dataclass
+class TrainConfig:
+    """Everything a run depends on; saved as config.yaml. Defaults suit `--data digits` on a CPU."""
+
+    data: str = "digits"
+    data_root: str = "data"
+    download: bool = False
+    cache_dir: str | None = None
+    per_class: int | None = None
+    train_fraction: float | None = None
+    subset_seed: int = 0
+    model: str = "vit_digits"
+    model_kwargs: dict[str, Any] = field(default_factory=dict)
+    init: str = "impulse"
+    init_kwargs: dict[str, Any] = field(default_factory=dict)
+    kernel_size: int = 3
+    epochs: int = 30
+    batch_size: int = 128
+    lr: float = 1e-3
+    weight_decay: float = 0.05
+    warmup_epochs: float = 3
+    warmup_lr: float = 1e-6
+    min_lr: float = 1e-5
+    smoothing: float = 0.1
+    mixup: float = 0.0
+    cutmix: float = 0.0
+    drop_path: float = 0.0
+    clip_grad: float | None = None
+    ema_decay: float | None = None
+    crop_padding: int | None = None  # None: image size / 8
+    flip: bool | None = None  # None: on, except for digits and svhn
+    randaugment: str | None = None  # timm auto-augment string, for the streaming path
+    reprob: float = 0.0
+    amp: str = "auto"  # auto | bf16 | fp16 | none
+    compile: bool = False
+    device: str = "auto"
+    workers: int = 4
+    eval_batch_size: int = 512
+    seed: int = 0
+    out: str = "runs/run"
+    resume: bool = False
+    stop_after: int | None = None
+    quiet: bool = False
+    preset: str | None = None
+
+    @classmethod
+    def from_preset(cls, preset: str | None, **overrides: Any) -> TrainConfig:
+        """Defaults, then the preset's YAML, then the explicit overrides."""
+        values: dict[str, Any] = {}
+        if preset:
+            values.update(load_preset(preset))
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        unknown = sorted(set(values) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise ValueError(f"unknown training setting(s): {', '.join(unknown)}")
+        return cls(preset=preset, **values)
+
+
+def presets() -> list[str]:
+    return sorted(p.name.removesuffix(".yaml") for p in resources.files("structinit.presets").iterdir())
+
+
+def load_preset(name: str) -> dict[str, Any]:
+    if name not in presets():
+        raise ValueError(f"unknown preset {name!r}; presets: {', '.join(presets())}")
+    return yaml.safe_load(resources.files("structinit.presets").joinpath(f"{name}.yaml").read_text())
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite."""
+
+
+# --- distributed -----------------------------------------------------------------------------
+
+
+@dataclass
+class Dist:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def setup_distributed(device: torch.device) -> Dist:
+    """Join the process group torchrun describes in the environment (gloo on CPU, nccl on CUDA)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return Dist()
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return Dist(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def resolve_device(name: str, local_rank: int) -> torch.device:
+    if name != "auto":
+        return torch.device(name)
+    if torch.cuda.is_available():
+        return torch.device("cuda", local_rank)
+    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def resolve_amp(amp: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype: bf16 on CPUs with AVX-512/AMX and on CUDA with bf16, fp16 on other GPUs."""
+    if amp == "none":
+        return None
+    if amp == "bf16":
+        return torch.bfloat16
+    if amp == "fp16":
+        return torch.float16
+    if amp != "auto":
+        raise ValueError(f"amp must be auto, bf16, fp16 or none, got {amp!r}")
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if device.type == "cpu":
+        capability = torch.backends.cpu.get_cpu_capability()
+        return torch.bfloat16 if capability.startswith(("AVX512", "AMX")) else None
+    return None
+
+
+# --- the run ---------------------------------------------------------------------------------
+
+
+def epoch_seed(seed: int, epoch: int) -> int:
+    return (seed * 1_000_003 + epoch * 7_919 + 17) % (2**31)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def train(config: TrainConfig) -> dict[str, Any]:
+    """Run (or resume) one training run; returns the summary written to summary.json."""
+    device = resolve_device(config.device, int(os.environ.get("LOCAL_RANK", "0")))
+    world = setup_distributed(device)
+    try:
+        return _train(config, device, world)
+    finally:
+        if world.world > 1 and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _train(config: TrainConfig, device: torch.device, world: Dist) -> dict[str, Any]:
+    out = Path(config.out)
+    checkpoint_path = out / "last.pt"
+    checkpoint = None
+    if config.resume:
+        if not checkpoint_path.exists():
+            raise FileNotFoundError(f"--resume: no checkpoint at {checkpoint_path}")
+        checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=False)
+        saved = checkpoint["config"]
+        config = dataclasses.replace(
+            TrainConfig(**{**saved, "resume": True}), stop_after=config.stop_after, quiet=config.quiet
+        )
+    elif world.main and (out / "metrics.jsonl").exists():
+        raise FileExistsError(f"{out} already holds a run: use --resume to continue it or another --out")
+    show = world.main and not config.quiet
+
+    data = load_data(
+        config.data,
+        root=config.data_root,
+        download=config.download,
+        cache_dir=config.cache_dir,
+        per_class=config.per_class,
+        train_fraction=config.train_fraction,
+        subset_seed=config.subset_seed,
+    )
+    in_memory = isinstance(data, TensorData)
+    channels = data.image_shape[0] if in_memory else data.channels
+    seed_everything(config.seed)  # the weights timm draws before the init (MLPs, head) depend on it
+    model = create_model(
+        config.model,
+        num_classes=data.num_classes,
+        in_chans=channels,
+        img_size=data.image_shape[1] if in_memory else None,
+        drop_path=config.drop_path,
+        **config.model_kwargs,
+    )
+    init_report = initialize(model, config.init, kernel_size=config.kernel_size, seed=config.seed, **config.init_kwargs)
+    model.to(device)
+    train_model: nn.Module = model
+    if world.world > 1:
+        train_model = nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
+    forward = torch.compile(train_model) if config.compile else train_model
+
+    batch = config.batch_size // world.world
+    if batch * world.world != config.batch_size or batch < 1:
+        raise ValueError(f"--batch-size {config.batch_size} must be a multiple of the {world.world} processes")
+    steps_per_epoch = len(data.train_labels) // config.batch_size
+    if steps_per_epoch < 1:
+        raise ValueError(f"--batch-size {config.batch_size} exceeds the {len(data.train_labels)} training images")
+    optimizer = create_optimizer_v2(model, "adamw", lr=config.lr, weight_decay=config.weight_decay)
+    scheduler = CosineLRScheduler(
+        optimizer,
+        t_initial=config.epochs * steps_per_epoch,
+        lr_min=config.min_lr,
+        warmup_t=round(config.warmup_epochs * steps_per_epoch),
+        warmup_lr_init=config.warmup_lr,
+        t_in_epochs=False,
+    )
+    ema = ModelEmaV3(model, decay=config.ema_decay) if config.ema_decay else None
+    amp_dtype = resolve_amp(config.amp, device)
+    scaler = torch.amp.GradScaler(device.type) if amp_dtype == torch.float16 else None
+    mixing = config.mixup > 0 or config.cutmix > 0
+    mixup = (
+        Mixup(
+            mixup_alpha=config.mixup,
+            cutmix_alpha=config.cutmix,
+            label_smoothing=config.smoothing,
+            num_classes=data.num_classes,
+        )
+        if mixing
+        else None
+    )
+    criterion = SoftTargetCrossEntropy() if mixing else LabelSmoothingCrossEntropy(config.smoothing)
+    mean, std = _normalisation(model, channels)
+
+    start_epoch = 0
+    if checkpoint is not None:
+        model.load_state_dict(checkpoint["model"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        scheduler.load_state_dict(checkpoint["scheduler"])
+        if ema is not None:
+            ema.load_state_dict(checkpoint["ema"])
+        if scaler is not None and checkpoint.get("scaler"):
+            scaler.load_state_dict(checkpoint["scaler"])
+        _set_rng_state(checkpoint["rng"])
+        start_epoch = checkpoint["epoch"]
+    elif world.main:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(config), sort_keys=False))
+        (out / "init_report.json").write_text(json.dumps(init_report.to_dict(), indent=2))
+
+    if in_memory:
+        size = data.image_shape[1]
+        padding = config.crop_padding if config.crop_padding is not None else size // 8
+        flip = config.flip if config.flip is not None else data.name not in ("digits", "svhn")
+        augment = BatchAugment(mean, std, padding, flip, mixup)
+        train_images = data.train_images.to(device)
+        train_labels = data.train_labels.to(device)
+        eraser = RandomErasing(config.reprob, mode="pixel", device=str(device)) if config.reprob > 0 else None
+        if config.randaugment and show:
+            print("note: --randaugment applies to large images; in-memory batches get crop, flip, mixing, erasing")
+    else:
+        loaders = _stream_loaders(data, model, config, batch, world)
+
+    last_epoch = config.epochs if config.stop_after is None else min(config.epochs, config.stop_after)
+    epochs = tqdm(
+        range(start_epoch, last_epoch), desc="epochs", disable=not show or None, initial=start_epoch, total=last_epoch
+    )
+    summary_metrics: dict[str, Any] = {}
+    for epoch in epochs:
+        seed = epoch_seed(config.seed, epoch)
+        seed_everything(seed + world.rank)
+        np.random.seed(seed)  # mixup's lambda: the same on every process
+        generator = torch.Generator().manual_seed(seed)
+        model.train()
+        started = time.perf_counter()
+        total_loss, seen = torch.zeros((), device=device), 0
+        if in_memory:
+            order = torch.randperm(len(train_labels), generator=generator)[: steps_per_epoch * config.batch_size]
+            batches = order.view(steps_per_epoch, config.batch_size)
+        else:
+            loaders[0].sampler.set_epoch(epoch) if world.world > 1 else None
+            batches = loaders[0]
+        steps = tqdm(batches, desc=f"epoch {epoch + 1}", leave=False, disable=not show or None, total=steps_per_epoch)
+        for step, item in enumerate(steps):
+            if in_memory:
+                images, labels = augment(train_images[item.to(device)], train_labels[item.to(device)], generator)
+                images, labels = (
+                    images[world.rank * batch : (world.rank + 1) * batch],
+                    labels[world.rank * batch : (world.rank + 1) * batch],
+                )
+                if eraser is not None:
+                    images = eraser(images)
+            else:
+                images, labels = (t.to(device, non_blocking=True) for t in item)
+                if mixup is not None:
+                    images, labels = mixup(images, labels)
+            with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+                loss = criterion(forward(images), labels)
+            if not torch.isfinite(loss):
+                raise TrainingDiverged(
+                    f"the loss became {loss.item()} at epoch {epoch + 1}, step {step + 1}; "
+                    f"the last good checkpoint is kept at {checkpoint_path} (epoch {epoch})"
+                )
+            optimizer.zero_grad(set_to_none=True)
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.unscale_(optimizer)
+            else:
+                loss.backward()
+            if config.clip_grad:
+                nn.utils.clip_grad_norm_(model.parameters(), config.clip_grad)
+            scaler.step(optimizer) if scaler is not None else optimizer.step()
+            if scaler is not None:
+                scaler.update()
+            scheduler.step_update(epoch * steps_per_epoch + step + 1)
+            if ema is not None:
+                ema.update(model)
+            total_loss += loss.detach() * len(images)
+            seen += len(images)
+        train_loss = _all_reduce_sum(total_loss, world).item() / (seen * world.world)
+        seconds = time.perf_counter() - started
+        metrics = {
+            "epoch": epoch + 1,
+            "train_loss": train_loss,
+            **_evaluate(
+                model,
+                data,
+                config,
+                device,
+                world,
+                mean,
+                std,
+                amp_dtype,
+                in_memory,
+                loaders[1] if not in_memory else None,
+            ),
+        }
+        if ema is not None:
+            ema_metrics = _evaluate(
+                ema.module,
+                data,
+                config,
+                device,
+                world,
+                mean,
+                std,
+                amp_dtype,
+                in_memory,
+                loaders[1] if not in_memory else None,
+            )
+            metrics.update({f"ema_{k}": v for k, v in ema_metrics.items()})
+        metrics.update(
+            lr=optimizer.param_groups[0]["lr"],
+            img_per_s=steps_per_epoch * config.batch_size / seconds,
+            epoch_seconds=seconds,
+            time=time.time(),
+        )
+        summary_metrics = metrics
+        if world.main:
+            with open(out / "metrics.jsonl", "a") as f:
+                f.write(json.dumps(metrics) + "\n")
+            state = {
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "ema": ema.state_dict() if ema is not None else None,
+                "scaler": scaler.state_dict() if scaler is not None else None,
+                "epoch": epoch + 1,
+                "rng": _rng_state(),
+                "config": dataclasses.asdict(config),
+            }
+            atomic_save(state, checkpoint_path)
+            epochs.set_postfix(loss=f"{train_loss:.3f}", top1=f"{metrics['test_top1']:.1f}")
+    summary = {"finished": last_epoch == config.epochs, "epochs_done": last_epoch, **summary_metrics}
+    summary["init"] = {k: init_report.to_dict()[k] for k in ("method", "mean_fidelity", "min_fidelity", "seconds")}
+    if world.main and summary["finished"]:
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+# --- pieces ----------------------------------------------------------------------------------
+
+
+def atomic_save(obj: Any, path: Path) -> None:
+    """torch.save to a temporary file, then rename: a crash never leaves a half-written checkpoint."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def _rng_state() -> dict[str, Any]:
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+
+
+def _all_reduce_sum(value: torch.Tensor, world: Dist) -> torch.Tensor:
+    if world.world > 1:
+        value = value.clone()
+        dist.all_reduce(value)
+    return value
+
+
+def _normalisation(model: nn.Module, channels: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    config = getattr(model, "pretrained_cfg", {}) or {}
+    mean, std = config.get("mean", (0.5,) * 3), config.get("std", (0.5,) * 3)
+    if channels != len(mean):
+        mean, std = (0.5,) * channels, (0.5,) * channels
+    return tuple(mean), tuple(std)
+
+
+@torch.no_grad()
+def _evaluate(model, data, config, device, world, mean, std, amp_dtype, in_memory, loader) -> dict[str, float]:
+    """Top-1/top-5 (percent) and loss on the full test set, split across processes."""
+    model.eval()
+    correct1 = torch.zeros((), device=device, dtype=torch.float64)
+    correct5 = torch.zeros_like(correct1)
+    loss_sum = torch.zeros_like(correct1)
+    count = torch.zeros_like(correct1)
+    if in_memory:
+        normalise = BatchAugment(mean, std).normalise
+        shard = torch.arange(world.rank, len(data.test_labels), world.world)
+        batches = (
+            (normalise(data.test_images[idx].to(device)), data.test_labels[idx].to(device))
+            for idx in shard.split(config.eval_batch_size)
+        )
+    else:
+        batches = ((x.to(device), y.to(device)) for x, y in loader)
+    for images, labels in batches:
+        with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+            logits = model(images)
+        logits = logits.float()
+        loss_sum += nn.functional.cross_entropy(logits, labels, reduction="sum")
+        top = logits.topk(min(5, logits.shape[1]), dim=1).indices
+        correct1 += (top[:, 0] == labels).sum()
+        correct5 += (top == labels[:, None]).any(1).sum()
+        count += len(labels)
+    totals = _all_reduce_sum(torch.stack([correct1, correct5, loss_sum, count]), world)
+    c1, c5, loss, n = totals.tolist()
+    return {"test_top1": 100 * c1 / n, "test_top5": 100 * c5 / n, "test_loss": loss / n}
+
+
+def _stream_loaders(data: StreamData, model: nn.Module, config: TrainConfig, batch: int, world: Dist):
+    """DataLoaders with timm's transforms (and a DistributedSampler under DDP) for large images."""
+    data_config = resolve_data_config({}, model=model)
+    train_tf = create_transform(
+        **data_config,
+        is_training=True,
+        auto_augment=config.randaugment,
+        re_prob=config.reprob,
+        hflip=0.5 if config.flip is not False else 0.0,
+    )
+    test_tf = create_transform(**data_config, is_training=False)
+    train_set, test_set = _Transformed(data.train, train_tf), _Transformed(data.test, test_tf)
+    sampler = (
+        torch.utils.data.DistributedSampler(
+            train_set, world.world, world.rank, shuffle=True, seed=config.seed, drop_last=True
+        )
+        if world.world > 1
+        else torch.utils.data.RandomSampler(train_set)
+    )
+    test_sampler = (
+        torch.utils.data.DistributedSampler(test_set, world.world, world.rank, shuffle=False)
+        if world.world > 1
+        else None
+    )
+    common = dict(
+        num_workers=config.workers, pin_memory=torch.cuda.is_available(), persistent_workers=config.workers > 0
+    )
+    train_loader = torch.utils.data.DataLoader(train_set, batch, sampler=sampler, drop_last=True, **common)
+    test_loader = torch.utils.data.DataLoader(test_set, config.eval_batch_size, sampler=test_sampler, **common)
+    return train_loader, test_loader
+
+
+class _Transformed(torch.utils.data.Dataset):
+    def __init__(self, dataset, transform) -> None:
+        self.dataset, self.transform = dataset, transform
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index):
+        image, label = self.dataset[index]
+        return self.transform(image), label
+
+
+def print_summary(summary: dict[str, Any], out: str | Path, stream=sys.stdout) -> None:
+    if "test_top1" not in summary:
+        return
+    status = "finished" if summary["finished"] else f"stopped after epoch {summary['epochs_done']}"
+    print(
+        f"{status}: test top-1 {summary['test_top1']:.2f}%, top-5 {summary['test_top5']:.2f}%, "
+        f"train loss {summary['train_loss']:.4f} -> {out}",
+        file=stream,
+    )
+
+
+__all__ = ["TrainConfig", "TrainingDiverged", "atomic_save", "presets", "train"]
