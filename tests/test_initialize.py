@@ -202,6 +202,11 @@ def test_fidelity_on_real_images_sees_position_through_content(make_vit, images)
 
 
 def test_heads_too_small_for_the_target_get_a_warning(make_vit):
-    with pytest.warns(UserWarning, match="head_dim 4 is small"):
-        report = structinit.initialize(make_vit(num_heads=48), "impulse", kernel_size=5, seed=0)
+    with pytest.warns(UserWarning, match="head_dim 2 is small"):
+        report = structinit.initialize(make_vit(num_heads=96), "impulse", seed=0)
     assert report.min_fidelity < 0.97
+
+
+def test_tiny_heads_still_reach_the_target(make_vit):
+    for heads, f in [(48, 5), (64, 3)]:  # head dimensions 4 and 3
+        assert structinit.initialize(make_vit(num_heads=heads), "impulse", kernel_size=f, seed=0).min_fidelity >= 0.979

@@ -6,8 +6,8 @@ in raster order); Q and K are (heads, D, d), so that head h's logits are scale *
 The closed form does not fit the 0/1 target map by least squares and truncate it to rank d, as the
 authors' solver does: a shift matrix is nearly full rank, so its rank-d truncation is blurred, which is
 why that solver loses fidelity on small heads. Instead every key gets a d-dimensional *code*
-psi_q = X K (the top-d left singular vectors of X, scaled to about unit norm: nearly orthogonal to each
-other) and every query is mapped onto the code of its target key, X Q = c P_X S psi. The logit of the
+psi_q = X K (the rows of the top-d left singular vectors of X, scaled to unit norm: nearly orthogonal
+to each other) and every query is mapped onto the code of its target key, X Q = c P_X S psi. The logit of the
 target is then about c and every other logit about c * O(1/sqrt(d)), whatever the grid; the gain c of
 each head is set by bisection so that the head's mean fidelity is exactly the one asked for. Because
 the codes lie on X's strongest directions, the maps also survive the patch content of real images
@@ -51,7 +51,8 @@ class PseudoInput:
             x, tokens = self.x, self.x.shape[0]
             width = min(head_dim, self.rank)
             codes = x.new_zeros(tokens, head_dim)
-            codes[:, :width] = self.left[:, :width] * math.sqrt(tokens / width)  # rows of about unit norm
+            # unit rows: a code's product with itself (1) beats its product with any other code
+            codes[:, :width] = torch.nn.functional.normalize(self.left[:, :width], dim=1)
             target, valid = target_indices([offset], grid)
             target = target + num_prefix
             shifted = x.new_zeros(1, tokens, head_dim)
