@@ -144,3 +144,14 @@ def test_unsupported_attention_block():
 def test_fidelity_rejects_bad_images():
     with pytest.raises(ValueError, match=r"images must be a \(B, C, H, W\) tensor"):
         structinit.fidelity(small_vit(), torch.randn(3, 32, 32))
+
+
+def test_blind_to_content_keeps_patch_content_out_of_the_logits():
+    model = small_vit()  # patch 4: the patch embedding spans 49 of 192 dimensions
+    structinit.initialize(model, "impulse", seed=0)
+    attn = model.blocks[0].attn
+    content = torch.cat([model.patch_embed.proj.weight.flatten(1), model.patch_embed.proj.bias[:, None]], 1)
+    content = content - content.mean(0)
+    wq, wk = attn.qkv.weight[:192], attn.qkv.weight[192:384]
+    assert (wq @ content).abs().max() < 1e-4 * wq.abs().max() * content.abs().max()
+    assert (wk @ content).abs().max() < 1e-4 * wk.abs().max() * content.abs().max()

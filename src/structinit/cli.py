@@ -56,11 +56,33 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = commands.add_parser("train", help="train one model (timm recipe); torchrun for several processes")
     add_train_arguments(train)
+
+    grid = commands.add_parser("compare", help="train a grid of inits x seeds (x subset sizes) and tabulate it")
+    add_train_arguments(grid, grid=True)
+    grid.add_argument("--inits", default="timm,mimetic,impulse", help="comma-separated init methods")
+    grid.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
+
+    attention = commands.add_parser("attention", help="PNG of the attention maps per layer and head")
+    attention.add_argument("target", help="a run directory (its last.pt) or a timm model name / preset")
+    attention.add_argument("--data", default=None, help="images to average over (default: the run's data, or digits)")
+    attention.add_argument("--images", type=int, default=64, help="number of test images to average over")
+    attention.add_argument("--at-init", action="store_true", help="for a run: the maps at init, not after training")
+    attention.add_argument("--init", default="impulse", choices=sorted(METHODS), help="for a model name")
+    attention.add_argument("--model-kwargs", help="for a model name: timm.create_model keywords")
+    attention.add_argument("--seed", type=int, default=0)
+    attention.add_argument("--out", default="attention.png")
+
+    demo = commands.add_parser("demo", help="the main job: timm vs mimetic vs impulse init on the embedded digits")
+    demo.add_argument("--out", default="runs/demo")
+    demo.add_argument("--epochs", type=int, default=30)
+    demo.add_argument("--seeds", default="0")
+    demo.add_argument("--quiet", action="store_true")
     return parser
 
 
-def add_train_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of `train` (and of `compare`, which shares them): None means the preset's or the default."""
+def add_train_arguments(parser: argparse.ArgumentParser, grid: bool = False) -> None:
+    """Flags of `train`, and of `compare` (`grid`: lists of subset sizes; the init and seed come from
+    --inits/--seeds): None means the preset's value or the default."""
     from .data import DATASETS_HELP
 
     add = parser.add_argument
@@ -68,12 +90,16 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     add("--data-root", help="where torchvision datasets live or are downloaded (default ./data)")
     add("--download", action="store_true", default=None, help="download a torchvision dataset (needs internet)")
     add("--cache-dir", help="where decoded small-image datasets are cached (default ~/.cache/structinit)")
-    add("--per-class", type=int, help="train on a stratified subset of K images per class")
+    if grid:
+        add("--per-class", help="comma-separated subset sizes per class, e.g. 100,200,500")
+    else:
+        add("--per-class", type=int, help="train on a stratified subset of K images per class")
     add("--train-fraction", type=float, help="train on a stratified fraction of each class")
     add("--subset-seed", type=int, help="seed of the subset draw (default 0)")
     add("--model", help="timm model name or preset (vit_digits, vit_tiny_p4, vit_tiny_p2, vit_small_p4, vit_d6_p4)")
     add("--model-kwargs", help="timm.create_model keywords, e.g. depth=6,num_heads=12,global_pool=avg")
-    add("--init", choices=sorted(METHODS), help="initialisation (default impulse)")
+    if not grid:
+        add("--init", choices=sorted(METHODS), help="initialisation (default impulse)")
     add("--init-kwargs", help="options of the init method, e.g. target_fidelity=0.9")
     add("--kernel-size", type=int, help="impulse kernel size f (default 3)")
     add("--preset", help="recipe preset: small-data, imagenet, cpu-quick")
@@ -95,6 +121,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     add("--compile", action="store_true", default=None, help="torch.compile the model")
     add("--device", help="auto (default), cpu, cuda, cuda:1, mps")
     add("--workers", type=int, help="DataLoader workers for large images")
+    if grid:
+        add("--out", default="runs/compare", help="directory of the grid's runs and results")
+        return add("--quiet", action="store_true", default=None, help="no progress bars")
     add("--seed", type=int)
     add("--out", help="run directory (default runs/run)")
     add("--resume", action="store_true", default=None, help="continue the run in --out from its last checkpoint")
@@ -107,8 +136,12 @@ def train_config(args: argparse.Namespace, **overrides: Any):
 
     from .train import TrainConfig
 
-    names = [f.name for f in fields(TrainConfig) if f.name not in ("model_kwargs", "init_kwargs", "preset")]
+    skip = ("model_kwargs", "init_kwargs", "preset", "per_class")
+    names = [f.name for f in fields(TrainConfig) if f.name not in skip]
+    per_class = getattr(args, "per_class", None)
+    values_per_class = {"per_class": per_class} if isinstance(per_class, int) else {}
     values = {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
+    values.update(values_per_class)
     if args.model_kwargs:
         values["model_kwargs"] = parse_assignments(args.model_kwargs, "--model-kwargs")
     if args.init_kwargs:
@@ -146,10 +179,68 @@ def run_init(args: argparse.Namespace) -> int:
     return 0
 
 
+def int_list(text: str, flag: str) -> list[int]:
+    try:
+        return [int(item) for item in text.split(",") if item.strip()]
+    except ValueError:
+        raise ValueError(f"{flag} takes comma-separated integers, got {text!r}") from None
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from .experiments import compare
+
+    inits = [name.strip() for name in args.inits.split(",") if name.strip()]
+    unknown = [name for name in inits if name not in METHODS]
+    if unknown:
+        raise ValueError(f"--inits: unknown method(s) {', '.join(unknown)}; choose from {', '.join(sorted(METHODS))}")
+    per_class = int_list(args.per_class, "--per-class") if args.per_class else [None]
+    base = train_config(args)
+    rows = compare(base, inits, int_list(args.seeds, "--seeds"), per_class, args.out)
+    print((__import__("pathlib").Path(args.out) / "results.md").read_text(), end="")
+    print(f"{len(rows)} runs; results.csv, results.md and curves.png in {args.out}")
+    return 0
+
+
+def run_attention(args: argparse.Namespace) -> int:
+    from .attention import attention_figure
+
+    path = attention_figure(
+        args.target,
+        data=args.data,
+        images=args.images,
+        at_init=args.at_init,
+        init=args.init,
+        model_kwargs=parse_assignments(args.model_kwargs, "--model-kwargs"),
+        seed=args.seed,
+        out=args.out,
+    )
+    print(f"wrote {path}")
+    return 0
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from .attention import attention_figure
+    from .experiments import compare
+    from .train import TrainConfig
+
+    out = __import__("pathlib").Path(args.out)
+    base = TrainConfig(data="digits", model="vit_digits", epochs=args.epochs, quiet=args.quiet)
+    rows = compare(base, ["timm", "mimetic", "impulse"], int_list(args.seeds, "--seeds"), [None], out)
+    seed = int_list(args.seeds, "--seeds")[0]
+    attention_figure(str(out / "full" / f"impulse-seed{seed}"), at_init=True, out=out / "attention_init.png")
+    attention_figure(str(out / "full" / f"impulse-seed{seed}"), out=out / "attention.png")
+    print((out / "results.md").read_text(), end="")
+    print(
+        f"{len(rows)} runs in {out}: results.md, results.csv, curves.png, attention.png (trained), attention_init.png"
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return {"init": run_init, "train": run_train}[args.command](args)
+        commands = {"init": run_init, "train": run_train, "compare": run_compare, "attention": run_attention}
+        return {**commands, "demo": run_demo}[args.command](args)
     except (ValueError, TypeError, FileNotFoundError, FileExistsError, RuntimeError) as error:
         print(f"structinit {args.command}: error: {error}", file=sys.stderr)
         return 2

@@ -222,7 +222,7 @@ def _decode_cached(files: list[Path], size: tuple[int, int], cache_dir: str | Pa
         image = _open_image(f)
         if image.size != size:
             raise ValueError(f"image {f} is {image.size[0]}x{image.size[1]}, the others {size[0]}x{size[1]}")
-        out[i] = torch.from_numpy(np.asarray(image)).permute(2, 0, 1)
+        out[i] = torch.from_numpy(np.array(image)).permute(2, 0, 1)
     cache.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache.with_suffix(f".tmp{os.getpid()}")
     torch.save(out, tmp)

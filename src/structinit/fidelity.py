@@ -89,3 +89,22 @@ def fidelity(
         )
     source = "pseudo input" if images is None else f"{count} images"
     return Report("measured", type(model).__name__, result, measured_on=source, options={"kernel_size": kernel_size})
+
+
+@torch.no_grad()
+def mean_attention(model: nn.Module, images: torch.Tensor | None = None, batch_size: int = 32) -> list[torch.Tensor]:
+    """Per layer, the (heads, N, N) attention among grid tokens, averaged over `images` (or on the
+    pseudo input when None): what the attention figure shows."""
+    adapter = get_adapter(model)
+    prefix = adapter.num_prefix_tokens
+    chunks = [None] if images is None else images.split(batch_size)
+    totals: list[torch.Tensor] = []
+    for chunk in chunks:
+        for i, (layer, x) in enumerate(zip(adapter.layers(), layer_inputs(adapter, chunk))):
+            attn = layer.attention(x)[:, :, prefix:, prefix:].float().sum(0)
+            if i == len(totals):
+                totals.append(attn)
+            else:
+                totals[i] += attn
+    count = 1 if images is None else len(images)
+    return [t / count for t in totals]

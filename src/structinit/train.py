@@ -215,16 +215,7 @@ def _train(config: TrainConfig, device: torch.device, world: Dist) -> dict[str, 
     )
     in_memory = isinstance(data, TensorData)
     channels = data.image_shape[0] if in_memory else data.channels
-    seed_everything(config.seed)  # the weights timm draws before the init (MLPs, head) depend on it
-    model = create_model(
-        config.model,
-        num_classes=data.num_classes,
-        in_chans=channels,
-        img_size=data.image_shape[1] if in_memory else None,
-        drop_path=config.drop_path,
-        **config.model_kwargs,
-    )
-    init_report = initialize(model, config.init, kernel_size=config.kernel_size, seed=config.seed, **config.init_kwargs)
+    model, init_report = build_model(config, data)
     model.to(device)
     train_model: nn.Module = model
     if world.world > 1:
@@ -412,6 +403,32 @@ def _train(config: TrainConfig, device: torch.device, world: Dist) -> dict[str, 
 
 
 # --- pieces ----------------------------------------------------------------------------------
+
+
+def build_model(config: TrainConfig, data: TensorData | StreamData):
+    """The run's model, created for the data's classes, channels and image size and initialised;
+    returns (model, init report). Seeded, so that it is the same model every time."""
+    in_memory = isinstance(data, TensorData)
+    seed_everything(config.seed)  # the weights timm draws before the init (MLPs, head) depend on it
+    model = create_model(
+        config.model,
+        num_classes=data.num_classes,
+        in_chans=data.image_shape[0] if in_memory else data.channels,
+        img_size=data.image_shape[1] if in_memory else None,
+        drop_path=config.drop_path,
+        **config.model_kwargs,
+    )
+    report = initialize(model, config.init, kernel_size=config.kernel_size, seed=config.seed, **config.init_kwargs)
+    return model, report
+
+
+def normalised_test_images(model: nn.Module, data: TensorData | StreamData, count: int) -> torch.Tensor:
+    """The first `count` test images, as the model sees them at evaluation."""
+    if isinstance(data, TensorData):
+        mean, std = _normalisation(model, data.image_shape[0])
+        return BatchAugment(mean, std).normalise(data.test_images[:count])
+    transform = create_transform(**resolve_data_config({}, model=model), is_training=False)
+    return torch.stack([transform(data.test[i][0]) for i in range(min(count, len(data.test)))])
 
 
 def atomic_save(obj: Any, path: Path) -> None:

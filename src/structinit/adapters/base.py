@@ -81,6 +81,11 @@ class ModelAdapter(abc.ABC):
         plus position embedding. Normalised by a layer's norm, it is that layer's pseudo input."""
 
     @abc.abstractmethod
+    def content_directions(self) -> torch.Tensor | None:
+        """(D, m) vectors spanning every patch embedding the model can produce (the patch projection's
+        weight columns and bias), or None where that set is not a linear subspace."""
+
+    @abc.abstractmethod
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         """Token sequence (B, T, D) entering the first block for a batch of images."""
 

@@ -91,6 +91,16 @@ class TimmViTAdapter(ModelAdapter):
         with _eval(model):
             return model.norm_pre(model._pos_embed(zeros))[0]
 
+    def content_directions(self) -> torch.Tensor | None:
+        patch = self.model.patch_embed
+        proj = getattr(patch, "proj", None)
+        if not isinstance(proj, nn.Conv2d) or not isinstance(getattr(patch, "norm", nn.Identity()), nn.Identity):
+            return None
+        columns = proj.weight.detach().flatten(1)  # (D, C * p * p)
+        if proj.bias is not None:
+            columns = torch.cat([columns, proj.bias.detach()[:, None]], dim=1)
+        return columns
+
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         model = self.model
         with _eval(model):

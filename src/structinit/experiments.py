@@ -1,0 +1,125 @@
+"""Experiment grids: the same model and recipe, only the init (and seed, and data size) differ.
+
+`compare` runs every (setting, init, seed) into its own run directory, skips finished runs and
+resumes interrupted ones, then writes results.csv (one row per run), results.md (mean ± std per init
+and setting, with the gain over timm) and curves.png.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from .train import TrainConfig, train
+
+CSV_COLUMNS = ["dataset", "model", "heads", "per_class", "init", "seed", "epochs", "top1", "top5", "secs"]
+
+
+def run_dir(out: Path, per_class: int | None, init: str, seed: int) -> Path:
+    setting = f"per_class_{per_class}" if per_class else "full"
+    return out / setting / f"{init}-seed{seed}"
+
+
+def compare(
+    base: TrainConfig,
+    inits: list[str],
+    seeds: list[int],
+    per_class: list[int | None],
+    out: str | Path,
+) -> list[dict[str, Any]]:
+    """Run the grid (finished runs are skipped, interrupted ones resumed) and write the results."""
+    out = Path(out)
+    total = len(per_class) * len(inits) * len(seeds)
+    done = 0
+    for pc in per_class:
+        for init in inits:
+            for seed in seeds:
+                done += 1
+                path = run_dir(out, pc, init, seed)
+                if (path / "summary.json").exists():
+                    continue
+                if not base.quiet:
+                    print(f"[{done}/{total}] {path.relative_to(out)}", flush=True)
+                config = dataclasses.replace(
+                    base, init=init, seed=seed, per_class=pc, out=str(path), resume=(path / "last.pt").exists()
+                )
+                train(config)
+    rows = collect(out)
+    write_results(rows, out)
+    return rows
+
+
+def collect(out: Path) -> list[dict[str, Any]]:
+    """One row per finished run under `out`, with its per-epoch curve."""
+    rows = []
+    for summary_path in sorted(out.glob("*/*/summary.json")):
+        path = summary_path.parent
+        summary = json.loads(summary_path.read_text())
+        config = json.loads(json.dumps(_read_yaml(path / "config.yaml")))
+        curve = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        rows.append(
+            {
+                "dataset": config["data"],
+                "model": config["model"],
+                "heads": _heads(path),
+                "per_class": config["per_class"] or "",
+                "init": config["init"],
+                "seed": config["seed"],
+                "epochs": summary["epochs_done"],
+                "top1": round(summary["test_top1"], 3),
+                "top5": round(summary["test_top5"], 3),
+                "secs": round(sum(m["epoch_seconds"] for m in curve), 1),
+                "curve": [m["test_top1"] for m in curve],
+            }
+        )
+    return rows
+
+
+def write_results(rows: list[dict[str, Any]], out: Path) -> None:
+    with open(out / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, CSV_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    (out / "results.md").write_text(results_markdown(rows))
+    if rows:
+        from .plots import plot_curves
+
+        plot_curves(rows, out / "curves.png")
+
+
+def results_markdown(rows: list[dict[str, Any]]) -> str:
+    """Mean ± std top-1 per (setting, init), with the gain over timm's mean in the same setting."""
+    groups: dict[tuple, list[float]] = {}
+    for row in rows:
+        groups.setdefault((row["dataset"], row["model"], row["per_class"], row["init"]), []).append(row["top1"])
+    lines = [
+        "| dataset | model | per class | init | runs | top-1 (%) mean ± std | gain over timm |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for (dataset, model, per_class, init), values in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        mean = statistics.mean(values)
+        std = statistics.stdev(values) if len(values) > 1 else 0.0
+        baseline = groups.get((dataset, model, per_class, "timm"))
+        gain = f"{mean - statistics.mean(baseline):+.2f}" if baseline and init != "timm" else "-"
+        lines.append(
+            f"| {dataset} | {model} | {per_class or 'all'} | {init} | {len(values)} | {mean:.2f} ± {std:.2f} | {gain} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    import yaml
+
+    return yaml.safe_load(path.read_text())
+
+
+def _heads(path: Path) -> int | str:
+    report = path / "init_report.json"
+    if not report.exists():
+        return ""
+    layers = json.loads(report.read_text())["layers"]
+    return len(layers[0]["heads"]) if layers else ""

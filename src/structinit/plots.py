@@ -1,0 +1,73 @@
+"""Figures: training curves of a comparison, and attention maps per layer and head (paper Fig. 4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+
+def plot_curves(rows: list[dict[str, Any]], path: Path) -> None:
+    """Test top-1 against epoch, one panel per (dataset, per-class) setting, one line per init
+    (mean over seeds, shaded between the lowest and highest seed)."""
+    settings = sorted({(r["dataset"], str(r["per_class"])) for r in rows})
+    fig, axes = plt.subplots(1, len(settings), figsize=(5 * len(settings), 3.6), squeeze=False)
+    for ax, (dataset, per_class) in zip(axes[0], settings):
+        inits = sorted({r["init"] for r in rows if (r["dataset"], str(r["per_class"])) == (dataset, per_class)})
+        for init in inits:
+            curves = [
+                r["curve"] for r in rows if (r["dataset"], str(r["per_class"]), r["init"]) == (dataset, per_class, init)
+            ]
+            length = min(len(c) for c in curves)
+            data = np.array([c[:length] for c in curves])
+            epochs = np.arange(1, length + 1)
+            ax.plot(epochs, data.mean(0), label=f"{init} ({len(curves)} seeds)")
+            if len(curves) > 1:
+                ax.fill_between(epochs, data.min(0), data.max(0), alpha=0.2)
+        ax.set_title(f"{dataset}, {per_class + ' per class' if per_class else 'all images'}")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("test top-1 (%)")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_attention(
+    maps: list[torch.Tensor], grid: tuple[int, int], path: Path, title: str = "", zoom_rows: int = 2
+) -> None:
+    """Attention maps (one (heads, N, N) tensor of grid tokens per layer) as a layers x heads figure,
+    each with an inset that zooms on the top-left corner (the first `zoom_rows` grid rows), where
+    an impulse filter shows as a diagonal shifted by its offset."""
+    layers, heads = len(maps), maps[0].shape[0]
+    fig, axes = plt.subplots(layers, heads, figsize=(1.9 * heads, 1.9 * layers), squeeze=False)
+    corner = zoom_rows * grid[1]
+    for i, layer_maps in enumerate(maps):
+        for h in range(heads):
+            ax = axes[i][h]
+            image = layer_maps[h].float().cpu().numpy()
+            ax.imshow(image, cmap="viridis", vmin=0, vmax=max(image.max(), 1e-6))
+            ax.set_xticks([])
+            ax.set_yticks([])
+            inset = ax.inset_axes([0.55, 0.55, 0.43, 0.43])
+            inset.imshow(image[:corner, :corner], cmap="viridis", vmin=0, vmax=max(image.max(), 1e-6))
+            inset.set_xticks([])
+            inset.set_yticks([])
+            for spine in inset.spines.values():
+                spine.set_edgecolor("white")
+            if i == 0:
+                ax.set_title(f"head {h}", fontsize=8)
+            if h == 0:
+                ax.set_ylabel(f"layer {i}", fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
