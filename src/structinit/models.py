@@ -18,15 +18,16 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
 
 
 def create_model(
-    name: str, *, num_classes: int, in_chans: int, img_size: int | None, drop_path: float = 0.0, **kwargs: Any
+    name: str, *, num_classes: int, in_chans: int, data_size: int | None, drop_path: float = 0.0, **kwargs: Any
 ) -> nn.Module:
-    """timm.create_model for a preset or any timm name; `img_size` is passed to ViT-family models."""
+    """timm.create_model for a preset or any timm name; ViT-family models get `img_size=data_size`
+    (the in-memory images' size) unless `kwargs` sets img_size."""
     arch, preset_kwargs = PRESETS.get(name, (name, {}))
     options = {**preset_kwargs, **kwargs, "num_classes": num_classes, "in_chans": in_chans}
     if drop_path:
         options["drop_path_rate"] = drop_path
-    if img_size is not None and "img_size" not in options and _takes_img_size(arch):
-        options["img_size"] = img_size
+    if data_size is not None and "img_size" not in options and _takes_img_size(arch):
+        options["img_size"] = data_size
     try:
         return timm.create_model(arch, **options)
     except RuntimeError as error:

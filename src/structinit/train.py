@@ -14,7 +14,6 @@ import dataclasses
 import json
 import os
 import random
-import sys
 import time
 from dataclasses import dataclass, field
 from importlib import resources
@@ -414,7 +413,7 @@ def build_model(config: TrainConfig, data: TensorData | StreamData):
         config.model,
         num_classes=data.num_classes,
         in_chans=data.image_shape[0] if in_memory else data.channels,
-        img_size=data.image_shape[1] if in_memory else None,
+        data_size=data.image_shape[1] if in_memory else None,
         drop_path=config.drop_path,
         **config.model_kwargs,
     )
@@ -427,7 +426,7 @@ def normalised_test_images(model: nn.Module, data: TensorData | StreamData, coun
     if isinstance(data, TensorData):
         mean, std = _normalisation(model, data.image_shape[0])
         return BatchAugment(mean, std).normalise(data.test_images[:count])
-    transform = create_transform(**resolve_data_config({}, model=model), is_training=False)
+    transform = create_transform(**_data_config(model), is_training=False)
     return torch.stack([transform(data.test[i][0]) for i in range(min(count, len(data.test)))])
 
 
@@ -496,7 +495,7 @@ def _evaluate(model, data, config, device, world, mean, std, amp_dtype, in_memor
 
 def _stream_loaders(data: StreamData, model: nn.Module, config: TrainConfig, batch: int, world: Dist):
     """DataLoaders with timm's transforms (and a DistributedSampler under DDP) for large images."""
-    data_config = resolve_data_config({}, model=model)
+    data_config = _data_config(model)
     train_tf = create_transform(
         **data_config,
         is_training=True,
@@ -526,6 +525,15 @@ def _stream_loaders(data: StreamData, model: nn.Module, config: TrainConfig, bat
     return train_loader, test_loader
 
 
+def _data_config(model: nn.Module) -> dict[str, Any]:
+    """timm's data config of the model, with the input size the model was built for."""
+    config = resolve_data_config({}, model=model)
+    size = getattr(getattr(model, "patch_embed", None), "img_size", None)
+    if size is not None:
+        config["input_size"] = (config["input_size"][0], *size)
+    return config
+
+
 class _Transformed(torch.utils.data.Dataset):
     def __init__(self, dataset, transform) -> None:
         self.dataset, self.transform = dataset, transform
@@ -538,14 +546,13 @@ class _Transformed(torch.utils.data.Dataset):
         return self.transform(image), label
 
 
-def print_summary(summary: dict[str, Any], out: str | Path, stream=sys.stdout) -> None:
+def print_summary(summary: dict[str, Any], out: str | Path) -> None:
     if "test_top1" not in summary:
         return
     status = "finished" if summary["finished"] else f"stopped after epoch {summary['epochs_done']}"
     print(
         f"{status}: test top-1 {summary['test_top1']:.2f}%, top-5 {summary['test_top5']:.2f}%, "
-        f"train loss {summary['train_loss']:.4f} -> {out}",
-        file=stream,
+        f"train loss {summary['train_loss']:.4f} -> {out}"
     )
 
 

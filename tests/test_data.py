@@ -1,0 +1,114 @@
+"""Datasets: subsets, ImageFolder trees (in memory and streamed), and every error path."""
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from structinit.data import StreamData, TensorData, load_data, parse_spec, stratified_subset
+from structinit.train import TrainConfig, train
+
+
+def make_imagefolder(root, size, per_class=4, classes=("cat", "dog"), splits=("train", "test")):
+    rng = np.random.default_rng(0)
+    for split in splits:
+        for cls in classes:
+            folder = root / split / cls
+            folder.mkdir(parents=True)
+            for i in range(per_class):
+                pixels = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(folder / f"{i}.png")
+    return root
+
+
+def test_digits_is_the_fixed_split_of_sklearn_digits():
+    data = load_data("digits")
+    assert isinstance(data, TensorData)
+    assert data.train_images.shape == (1437, 1, 8, 8) and data.test_images.shape == (360, 1, 8, 8)
+    assert data.train_images.dtype == torch.uint8 and data.num_classes == 10
+    assert torch.equal(load_data("digits").test_labels, data.test_labels)
+
+
+def test_per_class_subsets_are_stratified_and_deterministic():
+    labels = load_data("digits").train_labels
+    a = stratified_subset(labels, 7, None, seed=0)
+    assert torch.equal(a, stratified_subset(labels, 7, None, seed=0))
+    assert not torch.equal(a, stratified_subset(labels, 7, None, seed=1))
+    assert torch.bincount(labels[a]).tolist() == [7] * 10
+    b = stratified_subset(labels, None, 0.1, seed=0)
+    counts = torch.bincount(labels[b])
+    assert torch.equal(counts, (torch.bincount(labels) * 0.1).round().long())
+    data = load_data("digits", per_class=5)
+    assert len(data.train_labels) == 50 and len(data.test_labels) == 360  # the test set stays whole
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(per_class=0), "--per-class must be >= 1"),
+        (dict(per_class=500), "class 0 has only"),
+        (dict(train_fraction=1.5), r"--train-fraction must be in \(0, 1\]"),
+        (dict(per_class=5, train_fraction=0.5), "not both"),
+    ],
+)
+def test_bad_subsets(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        load_data("digits", **kwargs)
+
+
+def test_unknown_dataset_and_missing_path():
+    with pytest.raises(ValueError, match="unknown dataset 'mnist'; --data takes digits"):
+        parse_spec("mnist")
+    with pytest.raises(ValueError, match="--data imagefolder needs a path: imagefolder:PATH"):
+        parse_spec("imagefolder")
+
+
+def test_torchvision_set_not_on_disk_names_the_flag_and_path(tmp_path):
+    with pytest.raises(FileNotFoundError, match=rf"cifar10 is not under {tmp_path}/cifar10 .*pass --download"):
+        load_data("cifar10", root=tmp_path)
+
+
+def test_imagefolder_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_data(f"imagefolder:{tmp_path / 'nothing'}")
+    make_imagefolder(tmp_path / "only_train", 8, splits=("train",))
+    with pytest.raises(FileNotFoundError, match=r"must hold train/ and test/ \(or val/\)"):
+        load_data(f"imagefolder:{tmp_path / 'only_train'}")
+
+
+def test_a_corrupt_image_is_named(tmp_path):
+    root = make_imagefolder(tmp_path / "d", 8)
+    bad = root / "train" / "dog" / "2.png"
+    bad.write_bytes(b"not a png")
+    with pytest.raises(ValueError, match=rf"cannot read image {bad}"):
+        load_data(f"imagefolder:{root}", cache_dir=tmp_path / "cache")
+
+
+def test_small_imagefolder_is_decoded_once_into_memory(tmp_path):
+    root = make_imagefolder(tmp_path / "d", 16)
+    data = load_data(f"cifar10:{root}", cache_dir=tmp_path / "cache")
+    assert isinstance(data, TensorData) and data.classes == ["cat", "dog"]
+    assert data.train_images.shape == (8, 3, 16, 16)
+    expected = torch.from_numpy(np.array(Image.open(root / "train" / "dog" / "1.png"))).permute(2, 0, 1)
+    assert torch.equal(data.train_images[5], expected)
+    assert len(list((tmp_path / "cache").glob("images-*.pt"))) == 2
+    again = load_data(f"imagefolder:{root}", cache_dir=tmp_path / "cache")  # from the cache
+    assert torch.equal(again.train_images, data.train_images)
+
+
+def test_large_images_stream_through_timm_transforms_and_train(tmp_path):
+    root = make_imagefolder(tmp_path / "d", 80)
+    data = load_data(f"imagefolder:{root}")
+    assert isinstance(data, StreamData) and len(data.train) == 8
+    config = TrainConfig(
+        data=f"imagefolder:{root}",
+        model="vit_tiny_patch16_224",
+        model_kwargs={"img_size": 64, "depth": 1},
+        epochs=1,
+        batch_size=4,
+        workers=0,
+        quiet=True,
+        out=str(tmp_path / "run"),
+    )
+    summary = train(config)
+    assert summary["finished"] and 0 <= summary["test_top1"] <= 100

@@ -1,0 +1,134 @@
+"""The trainer: resume equivalence, divergence handling, DDP, grids and figures, on the digits."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from structinit import train as train_module
+from structinit.cli import main
+from structinit.experiments import compare
+from structinit.train import TrainConfig, TrainingDiverged, train
+
+FAST = dict(data="digits", per_class=20, model="vit_digits", model_kwargs={"depth": 2}, batch_size=50, quiet=True)
+
+
+def deterministic_metrics(run):
+    """metrics.jsonl without the wall-clock columns."""
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in m.items() if k not in ("time", "img_per_s", "epoch_seconds")} for m in lines]
+
+
+def test_stopped_and_resumed_run_ends_bit_identical(tmp_path):
+    config = TrainConfig(**FAST, epochs=3, ema_decay=0.9, out=str(tmp_path / "full"))
+    train(config)
+    part = TrainConfig(**FAST, epochs=3, ema_decay=0.9, out=str(tmp_path / "part"), stop_after=1)
+    summary = train(part)
+    assert not summary["finished"] and not (tmp_path / "part" / "summary.json").exists()
+    train(TrainConfig(out=str(tmp_path / "part"), resume=True, quiet=True))
+    a = torch.load(tmp_path / "full" / "last.pt", weights_only=False)
+    b = torch.load(tmp_path / "part" / "last.pt", weights_only=False)
+    for key in ("model", "ema"):
+        for name, value in a[key].items():
+            assert torch.equal(value, b[key][name]), (key, name)
+    assert a["epoch"] == b["epoch"] == 3
+    assert deterministic_metrics(tmp_path / "full") == deterministic_metrics(tmp_path / "part")
+    assert json.loads((tmp_path / "part" / "summary.json").read_text())["finished"]
+
+
+def test_a_diverging_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    real = train_module.LabelSmoothingCrossEntropy
+    calls = {"n": 0}
+
+    class Diverging(real):
+        def forward(self, x, target):
+            calls["n"] += 1
+            loss = super().forward(x, target)
+            return loss * float("nan") if calls["n"] > 5 else loss  # 4 steps per epoch: dies in epoch 2
+
+    monkeypatch.setattr(train_module, "LabelSmoothingCrossEntropy", Diverging)
+    with pytest.raises(TrainingDiverged, match=r"the loss became nan at epoch 2, step 2; the last good checkpoint"):
+        train(TrainConfig(**FAST, epochs=3, out=str(tmp_path / "run")))
+    assert torch.load(tmp_path / "run" / "last.pt", weights_only=False)["epoch"] == 1
+
+
+def test_existing_runs_are_not_overwritten_and_resume_needs_a_checkpoint(tmp_path, capsys):
+    out = str(tmp_path / "run")
+    args = ["train", "--per-class", "10", "--epochs", "1", "--batch-size", "50", "--quiet", "--out", out]
+    assert main(args) == 0
+    assert "finished: test top-1" in capsys.readouterr().out
+    assert main(args) == 2
+    assert "already holds a run: use --resume" in capsys.readouterr().err
+    assert main(["train", "--resume", "--out", str(tmp_path / "none")]) == 2
+    assert "--resume: no checkpoint at" in capsys.readouterr().err
+
+
+def test_compare_runs_the_grid_writes_tables_and_skips_finished_runs(tmp_path):
+    base = TrainConfig(**{**FAST, "per_class": None}, epochs=1)
+    rows = compare(base, ["timm", "impulse"], [0, 1], [10], tmp_path)
+    assert len(rows) == 4
+    header, *lines = (tmp_path / "results.csv").read_text().splitlines()
+    assert header == "dataset,model,heads,per_class,init,seed,epochs,top1,top5,secs"
+    assert len(lines) == 4 and all(line.startswith("digits,vit_digits,4,10,") for line in lines)
+    table = (tmp_path / "results.md").read_text()
+    assert "| digits | vit_digits | 10 | impulse | 2 |" in table and "gain over timm" in table
+    assert (tmp_path / "curves.png").stat().st_size > 10_000
+    before = (tmp_path / "per_class_10" / "timm-seed0" / "metrics.jsonl").read_text()
+    compare(base, ["timm", "impulse"], [0, 1], [10], tmp_path)  # all finished: nothing reruns
+    assert (tmp_path / "per_class_10" / "timm-seed0" / "metrics.jsonl").read_text() == before
+
+
+def test_attention_figures_for_a_run_and_for_a_model(tmp_path, capsys):
+    run = tmp_path / "run"
+    train(TrainConfig(**FAST, epochs=1, out=str(run)))
+    for args in (
+        [str(run), "--out", str(tmp_path / "a.png")],
+        [str(run), "--at-init", "--out", str(tmp_path / "b.png")],
+    ):
+        assert main(["attention", *args]) == 0
+    assert (
+        main(["attention", "vit_digits", "--init", "mimetic", "--images", "8", "--out", str(tmp_path / "c.png")]) == 0
+    )
+    for name in "abc":
+        assert (tmp_path / f"{name}.png").stat().st_size > 10_000
+    assert main(["attention", str(tmp_path), "--out", str(tmp_path / "d.png")]) == 2
+    assert "not a run directory" in capsys.readouterr().err
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_ddp_on_cpu_with_two_processes_matches_one_process(tmp_path):
+    """Two gloo processes, each with half of every batch, train the same model as one process with
+    the whole batch (same data order and augmentation; the gradients are averaged): the metrics agree
+    to float precision."""
+    flags = ["--per-class", "20", "--model-kwargs", "depth=2", "--batch-size", "50", "--epochs", "2"]
+    flags += ["--amp", "none", "--quiet"]
+    single = tmp_path / "single"
+    assert main(["train", *flags, "--out", str(single)]) == 0
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(_free_port()),
+    ]
+    command += ["-m", "structinit", "train", *flags, "--out", str(tmp_path / "ddp")]
+    subprocess.run(command, check=True, env=env, capture_output=True, timeout=300)
+    one = [json.loads(line) for line in (single / "metrics.jsonl").read_text().splitlines()]
+    two = [json.loads(line) for line in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
+    assert len(one) == len(two) == 2
+    for a, b in zip(one, two):
+        assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-4)
+        assert b["test_loss"] == pytest.approx(a["test_loss"], rel=1e-4)
+        assert b["test_top1"] == pytest.approx(a["test_top1"], abs=0.3)  # one image of 360 may flip
