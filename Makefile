@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/structinit init vit_tiny_patch16_224 --method impulse --seed 0
+	$(VENV)/bin/structinit demo --out runs/demo
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q
