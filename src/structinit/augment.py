@@ -1,14 +1,40 @@
 """Augmentation of whole uint8 image batches on the training device (the in-memory path).
 
-Random crop with zero padding and horizontal flip draw their parameters from an explicit CPU
-generator, so a run is reproducible on any device and a resumed run draws what the uninterrupted
-one drew. Mixup/CutMix is timm's `Mixup`, applied to the batch.
+RandAugment (torchvision's, on groups of images), random crop with zero padding and horizontal flip
+draw their randomness from an explicit CPU generator, so a run is reproducible on any device, a
+resumed run draws what the uninterrupted one drew, and every DDP process draws the same.
+Mixup/CutMix is timm's `Mixup`, applied to the batch.
 """
 
 from __future__ import annotations
 
+import re
+
 import torch
 import torch.nn.functional as F
+from torchvision.transforms import v2
+
+
+def parse_randaugment(spec: str) -> v2.RandAugment:
+    """timm's RandAugment string ('rand-m9-n2-mstd0.5-inc1') as torchvision's RandAugment with the
+    same number of ops and magnitude on timm's 0-10 scale (mstd and inc are not modelled)."""
+    parts = spec.split("-")
+    if parts[0] != "rand":
+        raise ValueError(f"--randaugment takes timm's 'rand-m9-n2...' form, got {spec!r}")
+    options = {"m": 9.0, "n": 2.0}
+    for part in parts[1:]:
+        match = re.fullmatch(r"([a-z]+)([0-9.]+)", part)
+        if match and match.group(1) in options:
+            options[match.group(1)] = float(match.group(2))
+    return v2.RandAugment(num_ops=int(options["n"]), magnitude=int(options["m"]), num_magnitude_bins=11)
+
+
+def rand_augment(images: torch.Tensor, op: v2.RandAugment, generator: torch.Generator, group: int = 8) -> torch.Tensor:
+    """Apply RandAugment to each group of `group` images (one draw of ops per group)."""
+    seed = int(torch.randint(2**62, (1,), generator=generator))
+    with torch.random.fork_rng(devices=[images.device] if images.device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        return torch.cat([op(chunk) for chunk in images.split(group)])
 
 
 def random_crop(images: torch.Tensor, padding: int, generator: torch.Generator) -> torch.Tensor:
@@ -34,16 +60,19 @@ def random_flip(images: torch.Tensor, generator: torch.Generator) -> torch.Tenso
 class BatchAugment:
     """uint8 batch -> augmented, normalised float batch (and soft targets when mixing)."""
 
-    def __init__(self, mean, std, padding: int = 0, flip: bool = False, mixup=None) -> None:
+    def __init__(self, mean, std, padding: int = 0, flip: bool = False, mixup=None, randaugment: str | None = None):
         self.mean = torch.tensor(mean).view(1, -1, 1, 1)
         self.std = torch.tensor(std).view(1, -1, 1, 1)
         self.padding, self.flip, self.mixup = padding, flip, mixup
+        self.randaugment = parse_randaugment(randaugment) if randaugment else None
 
     def normalise(self, images: torch.Tensor) -> torch.Tensor:
         mean, std = self.mean.to(images.device), self.std.to(images.device)
         return (images.float() / 255.0 - mean) / std
 
     def __call__(self, images: torch.Tensor, labels: torch.Tensor, generator: torch.Generator):
+        if self.randaugment is not None:
+            images = rand_augment(images, self.randaugment, generator)
         images = random_crop(images, self.padding, generator)
         if self.flip:
             images = random_flip(images, generator)

@@ -113,7 +113,7 @@ def add_train_arguments(parser: argparse.ArgumentParser, grid: bool = False) -> 
     add("--cutmix", type=float, help="cutmix alpha (0 = off)")
     add("--drop-path", type=float)
     add("--min-lr", type=float, help="final learning rate of the cosine schedule")
-    add("--randaugment", help="timm RandAugment string, e.g. rand-m9-mstd0.5-inc1 (large-image path)")
+    add("--randaugment", help="timm RandAugment string, e.g. rand-m9-mstd0.5-inc1")
     add("--reprob", type=float, help="random erasing probability")
     add("--clip-grad", type=float)
     add("--ema-decay", type=float, help="keep an EMA of the weights with this decay and report its accuracy")

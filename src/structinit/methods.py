@@ -307,7 +307,7 @@ def _content_basis(adapter: ModelAdapter) -> torch.Tensor | None:
     """Orthonormal basis (D, m) of the directions a layer-normalised patch embedding can take, when
     they leave room for position (m < D / 2): Q and K solved outside them see position only."""
     columns = adapter.content_directions()
-    if columns is None:
+    if columns is None or columns.shape[1] >= columns.shape[0] / 2:  # spans (nearly) everything
         return None
     columns = columns.double().cpu()
     columns = columns - columns.mean(0, keepdim=True)  # LayerNorm centres every token

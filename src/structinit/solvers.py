@@ -76,7 +76,7 @@ def closed_form(
     generator: torch.Generator,
     zero_mean: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Q, K (heads, D, head_dim), float64, whose attention on X has mean fidelity `target_fidelity`.
+    """Q, K (heads, D, head_dim), float32, whose attention on X has mean fidelity `target_fidelity`.
 
     Prefix tokens keep their own codes as keys and have no target as queries (their rows stay near
     uniform). Each head's Q and K are turned by its own random rotation of the head dimensions, which
@@ -85,17 +85,15 @@ def closed_form(
     all-ones direction, so that every q and k has zero mean and the norm only rescales it.
     """
     width = head_dim - int(zero_mean)
-    qs, ks = [], []
-    for offset in offsets:
-        q, k = pseudo.solve_offset(offset, grid, num_prefix, target_fidelity, width)
-        gauss = torch.empty(head_dim, width, dtype=torch.float64).normal_(generator=generator)
-        if zero_mean:
-            gauss -= gauss.mean(0)
-        rotation = torch.linalg.qr(gauss)[0].T  # (width, head_dim), orthonormal rows
-        qs.append(q @ rotation)
-        ks.append(k @ rotation)
+    solved = [pseudo.solve_offset(offset, grid, num_prefix, target_fidelity, width) for offset in offsets]
+    gauss = torch.empty(len(offsets), head_dim, width, dtype=torch.float64).normal_(generator=generator)
+    if zero_mean:
+        gauss -= gauss.mean(1, keepdim=True)
+    rotations = torch.linalg.qr(gauss)[0].transpose(1, 2).float()  # (heads, width, head_dim), orthonormal rows
     root = 1.0 / math.sqrt(scale)
-    return torch.stack(qs) * root, torch.stack(ks) * root
+    q = torch.stack([q for q, _ in solved]).float() @ rotations
+    k = torch.stack([k for _, k in solved]).float() @ rotations
+    return q * root, k * root
 
 
 def gain_for_fidelity(

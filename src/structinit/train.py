@@ -70,7 +70,7 @@ class TrainConfig:
     ema_decay: float | None = None
     crop_padding: int | None = None  # None: image size / 8
     flip: bool | None = None  # None: on, except for digits and svhn
-    randaugment: str | None = None  # timm auto-augment string, for the streaming path
+    randaugment: str | None = None  # timm RandAugment string, e.g. rand-m9-mstd0.5-inc1
     reprob: float = 0.0
     amp: str = "auto"  # auto | bf16 | fp16 | none
     compile: bool = False
@@ -275,14 +275,21 @@ def _train(config: TrainConfig, device: torch.device, world: Dist) -> dict[str, 
         size = data.image_shape[1]
         padding = config.crop_padding if config.crop_padding is not None else size // 8
         flip = config.flip if config.flip is not None else data.name not in ("digits", "svhn")
-        augment = BatchAugment(mean, std, padding, flip, mixup)
+        augment = BatchAugment(mean, std, padding, flip, mixup, config.randaugment)
         train_images = data.train_images.to(device)
         train_labels = data.train_labels.to(device)
         eraser = RandomErasing(config.reprob, mode="pixel", device=str(device)) if config.reprob > 0 else None
-        if config.randaugment and show:
-            print("note: --randaugment applies to large images; in-memory batches get crop, flip, mixing, erasing")
     else:
         loaders = _stream_loaders(data, model, config, batch, world)
+
+    def test_batches():
+        """The process's share of the test set, as the model sees it."""
+        if not in_memory:
+            yield from ((x.to(device), y.to(device)) for x, y in loaders[1])
+            return
+        normalise = BatchAugment(mean, std).normalise
+        for idx in torch.arange(world.rank, len(data.test_labels), world.world).split(config.eval_batch_size):
+            yield normalise(data.test_images[idx].to(device)), data.test_labels[idx].to(device)
 
     last_epoch = config.epochs if config.stop_after is None else min(config.epochs, config.stop_after)
     epochs = tqdm(
@@ -301,7 +308,8 @@ def _train(config: TrainConfig, device: torch.device, world: Dist) -> dict[str, 
             order = torch.randperm(len(train_labels), generator=generator)[: steps_per_epoch * config.batch_size]
             batches = order.view(steps_per_epoch, config.batch_size)
         else:
-            loaders[0].sampler.set_epoch(epoch) if world.world > 1 else None
+            if world.world > 1:
+                loaders[0].sampler.set_epoch(epoch)
             batches = loaders[0]
         steps = tqdm(batches, desc=f"epoch {epoch + 1}", leave=False, disable=not show or None, total=steps_per_epoch)
         for step, item in enumerate(steps):
@@ -332,9 +340,11 @@ def _train(config: TrainConfig, device: torch.device, world: Dist) -> dict[str, 
                 loss.backward()
             if config.clip_grad:
                 nn.utils.clip_grad_norm_(model.parameters(), config.clip_grad)
-            scaler.step(optimizer) if scaler is not None else optimizer.step()
             if scaler is not None:
+                scaler.step(optimizer)
                 scaler.update()
+            else:
+                optimizer.step()
             scheduler.step_update(epoch * steps_per_epoch + step + 1)
             if ema is not None:
                 ema.update(model)
@@ -345,32 +355,10 @@ def _train(config: TrainConfig, device: torch.device, world: Dist) -> dict[str, 
         metrics = {
             "epoch": epoch + 1,
             "train_loss": train_loss,
-            **_evaluate(
-                model,
-                data,
-                config,
-                device,
-                world,
-                mean,
-                std,
-                amp_dtype,
-                in_memory,
-                loaders[1] if not in_memory else None,
-            ),
+            **_evaluate(model, test_batches(), device, world, amp_dtype),
         }
         if ema is not None:
-            ema_metrics = _evaluate(
-                ema.module,
-                data,
-                config,
-                device,
-                world,
-                mean,
-                std,
-                amp_dtype,
-                in_memory,
-                loaders[1] if not in_memory else None,
-            )
+            ema_metrics = _evaluate(ema.module, test_batches(), device, world, amp_dtype)
             metrics.update({f"ema_{k}": v for k, v in ema_metrics.items()})
         metrics.update(
             lr=optimizer.param_groups[0]["lr"],
@@ -463,33 +451,19 @@ def _normalisation(model: nn.Module, channels: int) -> tuple[tuple[float, ...], 
 
 
 @torch.no_grad()
-def _evaluate(model, data, config, device, world, mean, std, amp_dtype, in_memory, loader) -> dict[str, float]:
-    """Top-1/top-5 (percent) and loss on the full test set, split across processes."""
+def _evaluate(model: nn.Module, batches, device: torch.device, world: Dist, amp_dtype) -> dict[str, float]:
+    """Top-1/top-5 (percent) and loss over the test batches of every process."""
     model.eval()
-    correct1 = torch.zeros((), device=device, dtype=torch.float64)
-    correct5 = torch.zeros_like(correct1)
-    loss_sum = torch.zeros_like(correct1)
-    count = torch.zeros_like(correct1)
-    if in_memory:
-        normalise = BatchAugment(mean, std).normalise
-        shard = torch.arange(world.rank, len(data.test_labels), world.world)
-        batches = (
-            (normalise(data.test_images[idx].to(device)), data.test_labels[idx].to(device))
-            for idx in shard.split(config.eval_batch_size)
-        )
-    else:
-        batches = ((x.to(device), y.to(device)) for x, y in loader)
+    totals = torch.zeros(4, device=device, dtype=torch.float64)  # top-1, top-5, loss sum, count
     for images, labels in batches:
         with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-            logits = model(images)
-        logits = logits.float()
-        loss_sum += nn.functional.cross_entropy(logits, labels, reduction="sum")
+            logits = model(images).float()
         top = logits.topk(min(5, logits.shape[1]), dim=1).indices
-        correct1 += (top[:, 0] == labels).sum()
-        correct5 += (top == labels[:, None]).any(1).sum()
-        count += len(labels)
-    totals = _all_reduce_sum(torch.stack([correct1, correct5, loss_sum, count]), world)
-    c1, c5, loss, n = totals.tolist()
+        totals[0] += (top[:, 0] == labels).sum()
+        totals[1] += (top == labels[:, None]).any(1).sum()
+        totals[2] += nn.functional.cross_entropy(logits, labels, reduction="sum")
+        totals[3] += len(labels)
+    c1, c5, loss, n = _all_reduce_sum(totals, world).tolist()
     return {"test_top1": 100 * c1 / n, "test_top5": 100 * c5 / n, "test_loss": loss / n}
 
 
