@@ -43,6 +43,7 @@ METHODS = {
     "mimetic": ("mimetic", {}),
     "impulse (closed form)": ("impulse", {}),
     "impulse (refine)": ("impulse", {"solver": "refine"}),
+    "impulse (authors' solver)": ("impulse", {"solver": "authors", "assignment": "ordered", "blind_to_content": False}),
 }
 
 

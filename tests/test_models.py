@@ -110,7 +110,7 @@ def test_unknown_option_lists_the_method_options():
     "options,message",
     [
         (dict(assignment="spiral"), "assignment must be one of 'random', 'ordered', got 'spiral'"),
-        (dict(solver="lbfgs"), "solver must be one of 'closed_form', 'refine', got 'lbfgs'"),
+        (dict(solver="lbfgs"), "solver must be one of 'closed_form', 'refine', 'authors', got 'lbfgs'"),
         (dict(pseudo_input="image"), "pseudo_input must be one of"),
         (dict(target_fidelity=1.0), r"target_fidelity must be in \(0, 1\), got 1.0"),
         (dict(pos_scale=-1.0), "pos_scale must be > 0 or None, got -1.0"),

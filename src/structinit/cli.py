@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from .methods import METHODS
@@ -155,7 +157,7 @@ def run_train(args: argparse.Namespace) -> int:
 
     config = train_config(args)
     summary = train(config)
-    if int(__import__("os").environ.get("RANK", "0")) == 0:
+    if int(os.environ.get("RANK", "0")) == 0:
         print_summary(summary, config.out)
     return 0
 
@@ -196,7 +198,7 @@ def run_compare(args: argparse.Namespace) -> int:
     per_class = int_list(args.per_class, "--per-class") if args.per_class else [None]
     base = train_config(args)
     rows = compare(base, inits, int_list(args.seeds, "--seeds"), per_class, args.out)
-    print((__import__("pathlib").Path(args.out) / "results.md").read_text(), end="")
+    print((Path(args.out) / "results.md").read_text(), end="")
     print(f"{len(rows)} runs; results.csv, results.md and curves.png in {args.out}")
     return 0
 
@@ -223,7 +225,7 @@ def run_demo(args: argparse.Namespace) -> int:
     from .experiments import compare
     from .train import TrainConfig
 
-    out = __import__("pathlib").Path(args.out)
+    out = Path(args.out)
     base = TrainConfig(data="digits", model="vit_digits", epochs=args.epochs, quiet=args.quiet)
     rows = compare(base, ["timm", "mimetic", "impulse"], int_list(args.seeds, "--seeds"), [None], out)
     seed = int_list(args.seeds, "--seeds")[0]
@@ -236,11 +238,18 @@ def run_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+COMMANDS = {"init": run_init, "train": run_train, "compare": run_compare, "attention": run_attention, "demo": run_demo}
+
+
 def main(argv: list[str] | None = None) -> int:
+    from .train import TrainingDiverged
+
     args = build_parser().parse_args(argv)
     try:
-        commands = {"init": run_init, "train": run_train, "compare": run_compare, "attention": run_attention}
-        return {**commands, "demo": run_demo}[args.command](args)
-    except (ValueError, TypeError, FileNotFoundError, FileExistsError, RuntimeError) as error:
+        return COMMANDS[args.command](args)
+    except (ValueError, TypeError, FileNotFoundError, FileExistsError, TrainingDiverged) as error:
         print(f"structinit {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"structinit {args.command}: interrupted; finished epochs are checkpointed (--resume)", file=sys.stderr)
+        return 130

@@ -21,7 +21,7 @@ from .adapters import AttentionLayer, ModelAdapter, get_adapter
 from .fidelity import best_offsets, offset_mass
 from .filters import Offset, assign_offsets, check_kernel_size, target_indices
 from .report import HeadReport, LayerReport, Report
-from .solvers import PseudoInput, balanced_factors, closed_form, gain_for_fidelity, refine
+from .solvers import PseudoInput, authors_closed_form, balanced_factors, closed_form, gain_for_fidelity, refine
 
 
 def initialize(
@@ -128,6 +128,7 @@ def init_impulse(
     vproj_beta: float = 0.4,
     refine_steps: int = 100,
     refine_lr: float = 0.01,
+    qk_scale: float = 7.0,
 ) -> list[LayerReport]:
     """Impulse init (Zheng et al., NeurIPS 2025): each head's attention map is an impulse filter.
 
@@ -142,6 +143,9 @@ def init_impulse(
     key, with the gain that gives each head exactly `target_fidelity` (see solvers.py).
     `solver="refine"`: then `refine_steps` of Adam (relative step `refine_lr`) on the paper's
     softmax-MSE objective (Algorithm 1), batched over all heads of all layers.
+    `solver="authors"`: the authors' least-squares solver with their Q/K scale `qk_scale` (7), for
+    comparison (see `authors_closed_form`); with assignment="ordered" and blind_to_content=False it
+    is their impulse init.
 
     The authors' scales: the position embedding is multiplied by 18, so that it weighs more against
     the patch content on real images. Here `pos_scale` rescales it to a standard deviation of
@@ -156,7 +160,7 @@ def init_impulse(
     embeddings other than the position embedding, and the head are left as they are.
     """
     _check_choice("assignment", assignment, ("random", "ordered"))
-    _check_choice("solver", solver, ("closed_form", "refine"))
+    _check_choice("solver", solver, ("closed_form", "refine", "authors"))
     _check_choice("pseudo_input", pseudo_input, ("pos_embed", "uniform", "gaussian", "pos_embed+noise"))
     if not 0.0 < target_fidelity < 1.0:
         raise ValueError(f"target_fidelity must be in (0, 1), got {target_fidelity}")
@@ -190,8 +194,11 @@ def init_impulse(
             x = x - (x @ content) @ content.T
         if pseudo is None or not torch.equal(x, pseudo.x):
             pseudo = PseudoInput(x)
-        zero_mean = layer.qk_norms() is not None
-        q, k = closed_form(pseudo, offsets, grid, prefix, target_fidelity, layer.scale, d, generator, zero_mean)
+        if solver == "authors":
+            q, k = authors_closed_form(pseudo, offsets, grid, prefix, d, generator, qk_scale)
+        else:
+            zero_mean = layer.qk_norms() is not None
+            q, k = closed_form(pseudo, offsets, grid, prefix, target_fidelity, layer.scale, d, generator, zero_mean)
         pseudos.append(pseudo)
         qs.append(q)
         ks.append(k)
@@ -221,13 +228,13 @@ def init_impulse(
             if bias is not None:
                 bias.zero_()
         x = pseudo.x.to(wq.device, wq.dtype).unsqueeze(0)
-        if layer.qk_norms() is not None:
+        if layer.qk_norms() is not None and solver != "authors":
             _set_qk_norm_gain(layer, x, offsets, grid, prefix, target_fidelity)
         attn = layer.attention(x)
         fid = offset_mass(attn.float(), offsets, grid, prefix)
         reports.append(LayerReport(i, [HeadReport(o, float(f)) for o, f in zip(offsets, fid)], seconds[i]))
     worst = min(h.fidelity for layer in reports for h in layer.heads)
-    if worst < target_fidelity - 0.01:
+    if worst < target_fidelity - 0.01 and solver != "authors":
         warnings.warn(
             f"impulse init: the worst head reaches fidelity {worst:.3f}, short of target_fidelity={target_fidelity}: "
             f"head_dim {layers[0].head_dim} is small for {pseudo.x.shape[0]} tokens (codes of that length are not "

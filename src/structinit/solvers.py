@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from .filters import Offset, target_indices
+from .filters import Offset, impulse_maps, target_indices
 
 
 class PseudoInput:
@@ -94,6 +94,38 @@ def closed_form(
     q = torch.stack([q for q, _ in solved]).float() @ rotations
     k = torch.stack([k for _, k in solved]).float() @ rotations
     return q * root, k * root
+
+
+def authors_closed_form(
+    pseudo: PseudoInput,
+    offsets: list[Offset],
+    grid: tuple[int, int],
+    num_prefix: int,
+    head_dim: int,
+    generator: torch.Generator,
+    qk_scale: float = 7.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The authors' solver, as the paper and their code describe it, for comparison.
+
+    Target logits L = 1000 H + 3 n on the grid tokens (n ~ trunc-normal(0.6) where H = 0), the
+    rank-d pseudo-inverse X_d+ of the grid tokens' pseudo input, M = X_d+ L X_d+^T, its rank-d SVD
+    U S V^T, Q = U sqrt(S) and K = V sqrt(S) each scaled to unit Frobenius norm, then times
+    `qk_scale` (7). M is never formed: with X_d = U_x S_x V_x^T, M = V_x C V_x^T with the d x d core
+    C = S_x^-1 U_x^T L U_x S_x^-1, whose SVD gives M's exactly.
+    """
+    x = pseudo.x[num_prefix:]
+    u, s, vh = torch.linalg.svd(x, full_matrices=False)
+    u, s, v = u[:, :head_dim], s[:head_dim], vh[:head_dim].T
+    maps = impulse_maps(offsets, grid).double()
+    noise = torch.empty(maps.shape, dtype=torch.float64).normal_(0.0, 0.6, generator=generator).clamp_(-2.0, 2.0)
+    logits = 1000.0 * maps + 3.0 * noise * (maps == 0)
+    core = (u.T @ logits @ u) / s.view(-1, 1) / s.view(1, -1)
+    cu, cs, cvh = torch.linalg.svd(core)
+    q = v @ cu * cs.sqrt().unsqueeze(-2)
+    k = v @ cvh.transpose(-1, -2) * cs.sqrt().unsqueeze(-2)
+    q = q / q.norm(dim=(1, 2), keepdim=True) * qk_scale
+    k = k / k.norm(dim=(1, 2), keepdim=True) * qk_scale
+    return q.float(), k.float()
 
 
 def gain_for_fidelity(
