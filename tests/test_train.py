@@ -132,3 +132,28 @@ def test_ddp_on_cpu_with_two_processes_matches_one_process(tmp_path):
         assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-4)
         assert b["test_loss"] == pytest.approx(a["test_loss"], rel=1e-4)
         assert b["test_top1"] == pytest.approx(a["test_top1"], abs=0.3)  # one image of 360 may flip
+
+
+def test_the_full_recipe_runs_and_reports_the_ema(tmp_path):
+    config = TrainConfig(
+        **FAST,
+        epochs=1,
+        mixup=0.8,
+        cutmix=1.0,
+        reprob=0.25,
+        randaugment="rand-m9-mstd0.5-inc1",
+        ema_decay=0.99,
+        clip_grad=1.0,
+        drop_path=0.1,
+        out=str(tmp_path / "run"),
+    )
+    summary = train(config)
+    assert summary["finished"] and torch.isfinite(torch.tensor(summary["train_loss"]))
+    assert {"ema_test_top1", "ema_test_top5", "ema_test_loss"} <= set(summary)
+
+
+def test_presets_fill_the_config_and_flags_override_them():
+    config = TrainConfig.from_preset("small-data", epochs=5)
+    assert (config.epochs, config.lr, config.mixup, config.warmup_epochs) == (5, 2e-3, 0.8, 50)
+    with pytest.raises(ValueError, match="unknown preset 'fast'; presets: cpu-quick, imagenet, small-data"):
+        TrainConfig.from_preset("fast")
