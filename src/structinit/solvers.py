@@ -7,11 +7,11 @@ The closed form does not fit the 0/1 target map by least squares and truncate it
 authors' solver does: a shift matrix is nearly full rank, so its rank-d truncation is blurred, which is
 why that solver loses fidelity on small heads. Instead every key gets a d-dimensional *code*
 psi_q = X K (the rows of the top-d left singular vectors of X, scaled to unit norm: nearly orthogonal
-to each other) and every query is mapped onto the code of its target key, X Q = c P_X S psi. The logit of the
-target is then about c and every other logit about c * O(1/sqrt(d)), whatever the grid; the gain c of
-each head is set by bisection so that the head's mean fidelity is exactly the one asked for. Because
-the codes lie on X's strongest directions, the maps also survive the patch content of real images
-better than least-squares fits (see benchmarks/bench_init.py).
+to each other) and every query is mapped onto the code of its target key, X Q = c P_X S psi. A code's
+product with itself (1) beats its product with any other code, so the target holds every row's
+largest logit whatever the grid and head size; the gain c of each head is set by bisection so that
+the head's mean fidelity is exactly the one asked for. How much of that survives the patch content of
+real images is measured by benchmarks/bench_init.py.
 """
 
 from __future__ import annotations
