@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .adapters import AttentionLayer, ModelAdapter, get_adapter
+from .adapters import ModelAdapter, get_adapter
 from .filters import Offset, check_kernel_size, kernel_offsets, target_indices
 from .report import HeadReport, LayerReport, Report
 
@@ -52,6 +52,26 @@ def layer_inputs(adapter: ModelAdapter, images: torch.Tensor | None) -> list[tor
     return inputs
 
 
+def _averaged_attention(adapter: ModelAdapter, images: torch.Tensor | None, batch_size: int) -> list[torch.Tensor]:
+    """Per layer, the (heads, T, T) attention maps averaged over `images` (on the pseudo input when
+    None), accumulated batch by batch so that memory does not grow with the number of images."""
+    if images is not None:
+        if not isinstance(images, torch.Tensor) or images.dim() != 4:
+            raise ValueError(f"images must be a (B, C, H, W) tensor, got {getattr(images, 'shape', type(images))}")
+        param = next(adapter.model.parameters())
+        images = images.to(param.device, param.dtype)
+    totals: list[torch.Tensor] = []
+    for chunk in [None] if images is None else images.split(batch_size):
+        for i, (layer, x) in enumerate(zip(adapter.layers(), layer_inputs(adapter, chunk))):
+            summed = layer.attention(x).float().sum(0)
+            if i == len(totals):
+                totals.append(summed)
+            else:
+                totals[i] += summed
+    count = 1 if images is None else len(images)
+    return [total / count for total in totals]
+
+
 @torch.no_grad()
 def fidelity(
     model: nn.Module, images: torch.Tensor | None = None, *, kernel_size: int = 3, batch_size: int = 32
@@ -65,30 +85,13 @@ def fidelity(
     """
     adapter = get_adapter(model)
     check_kernel_size(kernel_size, adapter.grid)
-    layers: list[AttentionLayer] = adapter.layers()
-    if images is not None:
-        if not isinstance(images, torch.Tensor) or images.dim() != 4:
-            raise ValueError(f"images must be a (B, C, H, W) tensor, got {getattr(images, 'shape', type(images))}")
-        param = next(model.parameters())
-        images = images.to(param.device, param.dtype)
-        chunks = images.split(batch_size)
-    else:
-        chunks = [None]
-    totals: list[torch.Tensor | None] = [None] * len(layers)
-    for chunk in chunks:
-        for i, (layer, x) in enumerate(zip(layers, layer_inputs(adapter, chunk))):
-            attn = layer.attention(x)
-            summed = attn.sum(0, keepdim=True) if chunk is not None else attn
-            totals[i] = summed if totals[i] is None else totals[i] + summed
-    count = images.shape[0] if images is not None else 1
-    result = []
-    for i, total in enumerate(totals):
-        mean_attn = total / count
-        result.append(
-            LayerReport(i, best_offsets(mean_attn.float(), kernel_size, adapter.grid, adapter.num_prefix_tokens))
-        )
-    source = "pseudo input" if images is None else f"{count} images"
-    return Report("measured", type(model).__name__, result, measured_on=source, options={"kernel_size": kernel_size})
+    maps = _averaged_attention(adapter, images, batch_size)
+    layers = [
+        LayerReport(i, best_offsets(m.unsqueeze(0), kernel_size, adapter.grid, adapter.num_prefix_tokens))
+        for i, m in enumerate(maps)
+    ]
+    source = "pseudo input" if images is None else f"{len(images)} images"
+    return Report("measured", type(model).__name__, layers, measured_on=source, options={"kernel_size": kernel_size})
 
 
 @torch.no_grad()
@@ -97,14 +100,4 @@ def mean_attention(model: nn.Module, images: torch.Tensor | None = None, batch_s
     pseudo input when None): what the attention figure shows."""
     adapter = get_adapter(model)
     prefix = adapter.num_prefix_tokens
-    chunks = [None] if images is None else images.split(batch_size)
-    totals: list[torch.Tensor] = []
-    for chunk in chunks:
-        for i, (layer, x) in enumerate(zip(adapter.layers(), layer_inputs(adapter, chunk))):
-            attn = layer.attention(x)[:, :, prefix:, prefix:].float().sum(0)
-            if i == len(totals):
-                totals.append(attn)
-            else:
-                totals[i] += attn
-    count = 1 if images is None else len(images)
-    return [t / count for t in totals]
+    return [m[:, prefix:, prefix:] for m in _averaged_attention(adapter, images, batch_size)]
