@@ -1,6 +1,8 @@
+import numpy as np
 import pytest
 import timm
 import torch
+from PIL import Image
 
 
 def small_vit(**kwargs):
@@ -19,3 +21,15 @@ def make_vit():
 def images():
     generator = torch.Generator().manual_seed(0)
     return torch.randn(4, 3, 32, 32, generator=generator)
+
+
+def make_imagefolder(root, size, per_class=4, classes=("cat", "dog"), splits=("train", "test")):
+    rng = np.random.default_rng(0)
+    for split in splits:
+        for cls in classes:
+            folder = root / split / cls
+            folder.mkdir(parents=True)
+            for i in range(per_class):
+                pixels = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(folder / f"{i}.png")
+    return root

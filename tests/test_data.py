@@ -5,20 +5,9 @@ import pytest
 import torch
 from PIL import Image
 
+from conftest import make_imagefolder
 from structinit.data import StreamData, TensorData, load_data, parse_spec, stratified_subset
 from structinit.train import TrainConfig, train
-
-
-def make_imagefolder(root, size, per_class=4, classes=("cat", "dog"), splits=("train", "test")):
-    rng = np.random.default_rng(0)
-    for split in splits:
-        for cls in classes:
-            folder = root / split / cls
-            folder.mkdir(parents=True)
-            for i in range(per_class):
-                pixels = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
-                Image.fromarray(pixels).save(folder / f"{i}.png")
-    return root
 
 
 def test_digits_is_the_fixed_split_of_sklearn_digits():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import os
 import sys
@@ -11,37 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from .methods import METHODS
+from .options import VARIANTS, parse_assignments, parse_init, split_top_level
 
-
-def parse_assignments(text: str | None, what: str) -> dict[str, Any]:
-    """'a=1,b=x,c=(32,48)' -> {'a': 1, 'b': 'x', 'c': (32, 48)}; values are Python literals or strings."""
-    result: dict[str, Any] = {}
-    if not text:
-        return result
-    for item in _split_top_level(text):
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"{what}: expected key=value, got {item!r}")
-        try:
-            result[key.strip()] = ast.literal_eval(value.strip())
-        except (ValueError, SyntaxError):
-            result[key.strip()] = value.strip()
-    return result
-
-
-def _split_top_level(text: str) -> list[str]:
-    """Split on commas that are not inside brackets, so that img_size=(32,48) stays whole."""
-    parts, depth, current = [], 0, ""
-    for char in text:
-        depth += char in "([{"
-        depth -= char in ")]}"
-        if char == "," and depth == 0:
-            parts.append(current)
-            current = ""
-        else:
-            current += char
-    parts.append(current)
-    return [p for p in parts if p.strip()]
+INIT_HELP = (
+    f"init label (default impulse): a method ({', '.join(sorted(METHODS))}), a variant ({', '.join(VARIANTS)}), "
+    "'default' (the model as constructed), or any of them with options, e.g. impulse[target_fidelity=0.9]"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     grid = commands.add_parser("compare", help="train a grid of inits x seeds (x subset sizes) and tabulate it")
     add_train_arguments(grid, grid=True)
-    grid.add_argument("--inits", default="timm,mimetic,impulse", help="comma-separated init methods")
+    grid.add_argument("--inits", default="timm,mimetic,impulse", help="comma-separated init labels; " + INIT_HELP)
     grid.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
 
     attention = commands.add_parser("attention", help="PNG of the attention maps per layer and head")
@@ -69,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     attention.add_argument("--data", default=None, help="images to average over (default: the run's data, or digits)")
     attention.add_argument("--images", type=int, default=64, help="number of test images to average over")
     attention.add_argument("--at-init", action="store_true", help="for a run: the maps at init, not after training")
-    attention.add_argument("--init", default="impulse", choices=sorted(METHODS), help="for a model name")
+    attention.add_argument("--init", default="impulse", help="for a model name: an init label (see train --init)")
     attention.add_argument("--model-kwargs", help="for a model name: timm.create_model keywords")
     attention.add_argument("--seed", type=int, default=0)
     attention.add_argument("--out", default="attention.png")
@@ -101,7 +75,7 @@ def add_train_arguments(parser: argparse.ArgumentParser, grid: bool = False) -> 
     add("--model", help="timm model name or preset (vit_digits, vit_tiny_p4, vit_tiny_p2, vit_small_p4, vit_d6_p4)")
     add("--model-kwargs", help="timm.create_model keywords, e.g. depth=6,num_heads=12,global_pool=avg")
     if not grid:
-        add("--init", choices=sorted(METHODS), help="initialisation (default impulse)")
+        add("--init", help=INIT_HELP)
     add("--init-kwargs", help="options of the init method, e.g. target_fidelity=0.9")
     add("--kernel-size", type=int, help="impulse kernel size f (default 3)")
     add("--preset", help="recipe preset: small-data, imagenet, cpu-quick")
@@ -123,6 +97,7 @@ def add_train_arguments(parser: argparse.ArgumentParser, grid: bool = False) -> 
     add("--compile", action="store_true", default=None, help="torch.compile the model")
     add("--device", help="auto (default), cpu, cuda, cuda:1, mps")
     add("--workers", type=int, help="DataLoader workers for large images")
+    add("--eval-every", type=int, metavar="K", help="test-set evaluation every K epochs and after the last (default 1)")
     if grid:
         add("--out", default="runs/compare", help="directory of the grid's runs and results")
         return add("--quiet", action="store_true", default=None, help="no progress bars")
@@ -191,10 +166,9 @@ def int_list(text: str, flag: str) -> list[int]:
 def run_compare(args: argparse.Namespace) -> int:
     from .experiments import compare
 
-    inits = [name.strip() for name in args.inits.split(",") if name.strip()]
-    unknown = [name for name in inits if name not in METHODS]
-    if unknown:
-        raise ValueError(f"--inits: unknown method(s) {', '.join(unknown)}; choose from {', '.join(sorted(METHODS))}")
+    inits = split_top_level(args.inits)
+    for label in inits:
+        parse_init(label)  # fail before the first run, not in the middle of the grid
     per_class = int_list(args.per_class, "--per-class") if args.per_class else [None]
     base = train_config(args)
     rows = compare(base, inits, int_list(args.seeds, "--seeds"), per_class, args.out)

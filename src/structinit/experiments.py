@@ -16,7 +16,7 @@ from typing import Any
 
 from .train import TrainConfig, train
 
-CSV_COLUMNS = ["dataset", "model", "heads", "per_class", "init", "seed", "epochs", "top1", "top5", "secs"]
+CSV_COLUMNS = ["dataset", "model", "heads", "per_class", "init", "seed", "epochs", "top1", "top5", "secs", "train_loss"]
 
 
 def run_dir(out: Path, per_class: int | None, init: str, seed: int) -> Path:
@@ -73,7 +73,8 @@ def collect(out: Path) -> list[dict[str, Any]]:
                 "top1": round(summary["test_top1"], 3),
                 "top5": round(summary["test_top5"], 3),
                 "secs": round(sum(m["epoch_seconds"] for m in curve), 1),
-                "curve": [m["test_top1"] for m in curve],
+                "train_loss": round(curve[-1]["train_loss"], 4),
+                "curve": [(m["epoch"], m["test_top1"]) for m in curve if "test_top1" in m],
             }
         )
     return rows
@@ -92,21 +93,35 @@ def write_results(rows: list[dict[str, Any]], out: Path) -> None:
 
 
 def results_markdown(rows: list[dict[str, Any]]) -> str:
-    """Mean ± std top-1 per (setting, init), with the gain over timm's mean in the same setting."""
-    groups: dict[tuple, list[float]] = {}
+    """Mean ± std top-1 per (setting, init), with the gains over timm's and mimetic's means in the
+    same setting, and the final training loss (which tells underfitting from overfitting)."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
-        groups.setdefault((row["dataset"], row["model"], row["per_class"], row["init"]), []).append(row["top1"])
+        key = (row["dataset"], row["model"], row["heads"], row["per_class"], row["init"])
+        groups.setdefault(key, []).append(row)
     lines = [
-        "| dataset | model | per class | init | runs | top-1 (%) mean ± std | gain over timm |",
-        "|---|---|---|---|---|---|---|",
+        "| dataset | model | heads | per class | init | runs | top-1 (%) mean ± std | top-5 (%) | train loss "
+        "| gain over timm | gain over mimetic |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for (dataset, model, per_class, init), values in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
-        mean = statistics.mean(values)
-        std = statistics.stdev(values) if len(values) > 1 else 0.0
-        baseline = groups.get((dataset, model, per_class, "timm"))
-        gain = f"{mean - statistics.mean(baseline):+.2f}" if baseline and init != "timm" else "-"
+
+    def gain(setting: tuple, baseline: str, mean: float) -> str:
+        runs = groups.get((*setting, baseline))
+        return f"{mean - statistics.mean(r['top1'] for r in runs):+.2f}" if runs else "-"
+
+    for key, runs in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        dataset, model, heads, per_class, init = key
+        top1 = [r["top1"] for r in runs]
+        mean = statistics.mean(top1)
+        std = statistics.stdev(top1) if len(top1) > 1 else 0.0
+        top5 = statistics.mean(r["top5"] for r in runs)
+        loss = statistics.mean(r["train_loss"] for r in runs)
+        setting = key[:4]
+        over_timm = gain(setting, "timm", mean) if init != "timm" else "-"
+        over_mimetic = gain(setting, "mimetic", mean) if init != "mimetic" else "-"
         lines.append(
-            f"| {dataset} | {model} | {per_class or 'all'} | {init} | {len(values)} | {mean:.2f} ± {std:.2f} | {gain} |"
+            f"| {dataset} | {model} | {heads} | {per_class or 'all'} | {init} | {len(runs)} | {mean:.2f} ± {std:.2f} "
+            f"| {top5:.2f} | {loss:.3f} | {over_timm} | {over_mimetic} |"
         )
     return "\n".join(lines) + "\n"
 

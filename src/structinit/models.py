@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import timm
+from timm.models.convmixer import ConvMixer
 from torch import nn
 
-# name -> (timm architecture, keyword arguments); image size and channels come from the data
-PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
+# name -> (timm architecture name or model class, keyword arguments); image size and channels come
+# from the data
+PRESETS: dict[str, tuple[str | Callable[..., nn.Module], dict[str, Any]]] = {
     "vit_digits": ("vit_tiny_patch16_224", dict(patch_size=1, embed_dim=64, depth=4, num_heads=4, mlp_ratio=2.0)),
     "vit_tiny_p4": ("vit_tiny_patch16_224", dict(patch_size=4)),  # ViT-T (192 x 12, 3 heads) at 32 px
     "vit_tiny_p2": ("vit_tiny_patch16_224", dict(patch_size=2)),
     "vit_small_p4": ("vit_small_patch16_224", dict(patch_size=4)),
     "vit_d6_p4": ("vit_tiny_patch16_224", dict(patch_size=4, depth=6)),  # the FINDINGS / study ViT
+    # the CNN yardstick of the study: the ViT's width, depth, patch and kernel (3 x 3) as a ConvMixer
+    "convmixer_d6_p4": (ConvMixer, dict(dim=192, depth=6, patch_size=4, kernel_size=3)),
 }
 
 
@@ -26,6 +31,8 @@ def create_model(
     options = {**preset_kwargs, **kwargs, "num_classes": num_classes, "in_chans": in_chans}
     if drop_path:
         options["drop_path_rate"] = drop_path
+    if callable(arch):
+        return arch(**options)
     if data_size is not None and "img_size" not in options and _takes_img_size(arch):
         options["img_size"] = data_size
     try:

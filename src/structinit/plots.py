@@ -24,9 +24,9 @@ def plot_curves(rows: list[dict[str, Any]], path: Path) -> None:
             curves = [
                 r["curve"] for r in rows if (r["dataset"], str(r["per_class"]), r["init"]) == (dataset, per_class, init)
             ]
-            length = min(len(c) for c in curves)
-            data = np.array([c[:length] for c in curves])
-            epochs = np.arange(1, length + 1)
+            length = min(len(c) for c in curves)  # (epoch, top-1) pairs, at the evaluated epochs
+            epochs = np.array([epoch for epoch, _ in curves[0][:length]])
+            data = np.array([[top1 for _, top1 in c[:length]] for c in curves])
             ax.plot(epochs, data.mean(0), label=f"{init} ({len(curves)} seeds)")
             if len(curves) > 1:
                 ax.fill_between(epochs, data.min(0), data.max(0), alpha=0.2)

@@ -37,6 +37,8 @@ from .augment import BatchAugment
 from .data import StreamData, TensorData, load_data
 from .methods import initialize
 from .models import create_model
+from .options import DEFAULT, parse_init
+from .report import Report
 
 
 @dataclass
@@ -77,12 +79,18 @@ class TrainConfig:
     device: str = "auto"
     workers: int = 4
     eval_batch_size: int = 512
+    eval_every: int = 1  # evaluate on the test set every k epochs, and after the last
     seed: int = 0
     out: str = "runs/run"
     resume: bool = False
     stop_after: int | None = None
     quiet: bool = False
     preset: str | None = None
+
+    def __post_init__(self) -> None:
+        parse_init(self.init)  # a typo fails here, not after the data has loaded
+        if self.eval_every < 1:
+            raise ValueError(f"eval_every must be >= 1, got {self.eval_every}")
 
     @classmethod
     def from_preset(cls, preset: str | None, **overrides: Any) -> TrainConfig:
@@ -216,6 +224,8 @@ def _train(config: TrainConfig, device: torch.device, world: Dist) -> dict[str, 
     channels = data.image_shape[0] if in_memory else data.channels
     model, init_report = build_model(config, data)
     model.to(device)
+    amp_dtype = resolve_amp(config.amp, device)
+    prefer_math_attention(model, device, amp_dtype)
     train_model: nn.Module = model
     if world.world > 1:
         train_model = nn.parallel.DistributedDataParallel(
@@ -239,7 +249,6 @@ def _train(config: TrainConfig, device: torch.device, world: Dist) -> dict[str, 
         t_in_epochs=False,
     )
     ema = ModelEmaV3(model, decay=config.ema_decay) if config.ema_decay else None
-    amp_dtype = resolve_amp(config.amp, device)
     scaler = torch.amp.GradScaler(device.type) if amp_dtype == torch.float16 else None
     mixing = config.mixup > 0 or config.cutmix > 0
     mixup = (
@@ -352,12 +361,11 @@ def _train(config: TrainConfig, device: torch.device, world: Dist) -> dict[str, 
             seen += len(images)
         train_loss = _all_reduce_sum(total_loss, world).item() / (seen * world.world)
         seconds = time.perf_counter() - started
-        metrics = {
-            "epoch": epoch + 1,
-            "train_loss": train_loss,
-            **_evaluate(model, test_batches(), device, world, amp_dtype),
-        }
-        if ema is not None:
+        metrics: dict[str, Any] = {"epoch": epoch + 1, "train_loss": train_loss}
+        evaluate = (epoch + 1) % config.eval_every == 0 or epoch + 1 == config.epochs
+        if evaluate:
+            metrics.update(_evaluate(model, test_batches(), device, world, amp_dtype))
+        if ema is not None and evaluate:
             ema_metrics = _evaluate(ema.module, test_batches(), device, world, amp_dtype)
             metrics.update({f"ema_{k}": v for k, v in ema_metrics.items()})
         metrics.update(
@@ -381,7 +389,8 @@ def _train(config: TrainConfig, device: torch.device, world: Dist) -> dict[str, 
                 "config": dataclasses.asdict(config),
             }
             atomic_save(state, checkpoint_path)
-            epochs.set_postfix(loss=f"{train_loss:.3f}", top1=f"{metrics['test_top1']:.1f}")
+            if evaluate:
+                epochs.set_postfix(loss=f"{train_loss:.3f}", top1=f"{metrics['test_top1']:.1f}")
     summary = {"finished": last_epoch == config.epochs, "epochs_done": last_epoch, **summary_metrics}
     summary["init"] = {k: init_report.to_dict()[k] for k in ("method", "mean_fidelity", "min_fidelity", "seconds")}
     if world.main and summary["finished"]:
@@ -405,8 +414,23 @@ def build_model(config: TrainConfig, data: TensorData | StreamData):
         drop_path=config.drop_path,
         **config.model_kwargs,
     )
-    report = initialize(model, config.init, kernel_size=config.kernel_size, seed=config.seed, **config.init_kwargs)
+    method, options = parse_init(config.init)
+    if method == DEFAULT:
+        return model, Report(DEFAULT, type(model).__name__, [], seed=config.seed)
+    options = {**options, **config.init_kwargs}
+    kernel_size = options.pop("kernel_size", config.kernel_size)
+    report = initialize(model, method, kernel_size=kernel_size, seed=config.seed, **options)
     return model, report
+
+
+def prefer_math_attention(model: nn.Module, device: torch.device, amp_dtype: torch.dtype | None) -> None:
+    """On CPU under bf16 autocast, timm's attention runs faster unfused: torch's CPU
+    scaled_dot_product_attention has no fast bf16 path for short sequences of small heads
+    (2.4x faster with 12 heads of dimension 16: benchmarks/bench_train.py). Same maths."""
+    if device.type == "cpu" and amp_dtype == torch.bfloat16:
+        for module in model.modules():
+            if isinstance(getattr(module, "fused_attn", None), bool):
+                module.fused_attn = False
 
 
 def normalised_test_images(model: nn.Module, data: TensorData | StreamData, count: int) -> torch.Tensor:

@@ -1,0 +1,202 @@
+"""The small-data study: does the impulse init make a ViT train like a CNN on little data?
+
+A fixed protocol, run through `structinit compare`, so every number in docs/results.md can be
+regenerated and an interrupted study resumes where it stopped (finished runs are skipped):
+
+    .venv/bin/python benchmarks/study_small_data.py                 # everything (hours on 2 cores)
+    .venv/bin/python benchmarks/study_small_data.py --part protocol # only the protocol
+    .venv/bin/python benchmarks/study_small_data.py --smoke         # minutes; writes under --out only
+
+Protocol: CIFAR-10 (../shared/datasets/cifar10), stratified subsets of 100/200/500 images per class
+(one fixed draw, subset seed 0), the full 10,000-image test set, the FINDINGS ViT (width 192, depth 6,
+32 px, patch 4, class token) with 12 heads (dimension 16) and with 3 heads (dimension 64), the
+`cpu-quick` recipe with about 300 optimiser steps for every subset size, 3 seeds; inits timm, kaiming
+(200 per class only), mimetic, impulse-authors (the authors' settings) and impulse (structinit's
+default); a ConvMixer of the same width, depth, patch and kernel as the CNN reference row.
+Levers: one seed each, 200 per class, 12 heads. Results go to docs/results.csv, the tables of
+docs/results.md and docs/figures/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from structinit.experiments import CSV_COLUMNS, collect, compare, results_markdown
+from structinit.train import TrainConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+# optimiser steps are what a CPU budget buys: ~300 at batch 128 for each subset size
+EPOCHS = {100: 40, 200: 20, 500: 8}
+INITS = ["timm", "kaiming", "mimetic", "impulse-authors", "impulse"]
+INITS_BY_SIZE = ["timm", "mimetic", "impulse-authors", "impulse"]  # kaiming only at 200 per class: the budget
+SEEDS = [0, 1, 2]
+H12 = {"num_heads": 12}
+H3 = {"num_heads": 3}
+
+
+@dataclasses.dataclass
+class Grid:
+    """One `compare` grid: a model and a recipe, every init x seed, for one subset size."""
+
+    name: str  # its directory under --out, and the `grid` column of results.csv
+    model: str
+    model_kwargs: dict[str, Any]
+    per_class: int
+    inits: list[str]
+    seeds: list[int]
+    recipe: dict[str, Any] = dataclasses.field(default_factory=dict)  # changes to cpu-quick
+    reference: str | None = None  # a grid whose seed-0 runs of the same cell its table shows too
+
+
+# In the order they run: the acceptance cells first, so a partial study already answers the question.
+PROTOCOL = [
+    Grid("vit-h12", "vit_d6_p4", H12, 200, INITS, SEEDS),
+    Grid("vit-h3", "vit_d6_p4", H3, 200, INITS, SEEDS),
+    Grid("vit-h12", "vit_d6_p4", H12, 500, INITS_BY_SIZE, SEEDS),
+    Grid("convmixer", "convmixer_d6_p4", {}, 200, ["default"], SEEDS),
+    Grid("vit-h12", "vit_d6_p4", H12, 100, INITS_BY_SIZE, SEEDS),
+    Grid("convmixer", "convmixer_d6_p4", {}, 500, ["default"], SEEDS),
+    Grid("convmixer", "convmixer_d6_p4", {}, 100, ["default"], SEEDS),
+]
+
+# Each lever changes one thing of structinit's default; the table sets them beside the protocol's
+# seed-0 runs of the same cell (timm, mimetic, impulse-authors, impulse).
+LEVER_INITS = [
+    "impulse[target_fidelity=0.7]",  # softer maps
+    "impulse[target_fidelity=0.9]",
+    "impulse[target_fidelity=0.995]",  # sharper maps
+    "impulse[pos_scale=1]",  # position embedding at timm's scale, not x18
+    "impulse[kernel_size=5]",
+    "impulse[assignment=ordered]",
+    "impulse[solver=refine]",
+    "impulse[blind_to_content=False]",
+]
+LEVERS = [
+    Grid("levers-h12", "vit_d6_p4", H12, 200, LEVER_INITS, [0], reference="vit-h12"),
+    Grid("levers-h12-lr2e-3", "vit_d6_p4", H12, 200, ["timm", "impulse"], [0], {"lr": 2e-3}),
+    Grid("levers-h12-warmup8", "vit_d6_p4", H12, 200, ["timm", "impulse"], [0], {"warmup_epochs": 8}),
+    Grid("levers-h12-60ep", "vit_d6_p4", H12, 200, ["timm", "mimetic", "impulse"], [0], {"epochs": 60}),
+]
+SMOKE_PROTOCOL = [
+    Grid("vit-h12", "vit_d6_p4", {**H12, "depth": 2}, 8, ["timm", "impulse-authors", "impulse"], [0]),
+    Grid("convmixer", "convmixer_d6_p4", {"depth": 2}, 8, ["default"], [0]),
+]
+SMOKE_LEVERS = [
+    Grid("levers-h12", "vit_d6_p4", {**H12, "depth": 2}, 8, ["impulse[target_fidelity=0.9]"], [0], reference="vit-h12")
+]
+
+
+def run_grid(grid: Grid, data: str, out: Path, smoke: bool) -> None:
+    recipe = {"epochs": EPOCHS.get(grid.per_class, 1), "eval_every": 10, **grid.recipe}
+    if smoke:
+        recipe.update(epochs=1, batch_size=8, eval_every=1)
+    base = TrainConfig.from_preset(
+        "cpu-quick", data=data, model=grid.model, model_kwargs=grid.model_kwargs, quiet=True, **recipe
+    )
+    compare(base, grid.inits, grid.seeds, [grid.per_class], out / grid.name)
+
+
+def study_rows(out: Path, grids: list[Grid]) -> list[dict[str, Any]]:
+    rows = []
+    for name in dict.fromkeys(g.name for g in grids):
+        if (out / name).exists():
+            rows += [{"grid": name, **row} for row in collect(out / name)]
+    return rows
+
+
+def write_docs(rows: list[dict[str, Any]], out: Path, docs: Path, grids: list[Grid]) -> None:
+    """results.csv (one row per run), the curves of each grid, and the tables of results.md
+    (between its markers, so the hand-written analysis around them stays)."""
+    from structinit.plots import plot_curves
+
+    figures = docs / "figures"
+    figures.mkdir(parents=True, exist_ok=True)
+    with open(docs / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, ["grid", *CSV_COLUMNS], extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    sections = []
+    for name in dict.fromkeys(g.name for g in grids):
+        grid_rows = [r for r in rows if r["grid"] == name]
+        if not grid_rows:
+            continue
+        grid = next(g for g in grids if g.name == name)
+        recipe = grid.recipe
+        if grid.reference:
+            cells = {(r["heads"], r["per_class"]) for r in grid_rows}
+            grid_rows += [
+                r
+                for r in rows
+                if r["grid"] == grid.reference and r["seed"] == 0 and (r["heads"], r["per_class"]) in cells
+            ]
+        changes = ", ".join(f"{k}={v}" for k, v in recipe.items()) or "cpu-quick"
+        plot_curves(grid_rows, figures / f"curves-{name}.png")
+        sections.append(
+            f"### {name} ({changes})\n\n{results_markdown(grid_rows)}\n![curves of {name}](figures/curves-{name}.png)\n"
+        )
+    tables = "\n".join(sections) or "No finished runs yet.\n"
+    results = docs / "results.md"
+    text = results.read_text() if results.exists() else "# Results\n\n<!-- tables:begin -->\n<!-- tables:end -->\n"
+    pattern = re.compile(r"<!-- tables:begin -->.*<!-- tables:end -->", re.S)
+    if not pattern.search(text):
+        raise ValueError(f"{results} has no <!-- tables:begin --> ... <!-- tables:end --> markers")
+    begin = "<!-- tables:begin -->\n<!-- generated by benchmarks/study_small_data.py -->"
+    generated = f"{begin}\n\n{tables}\n<!-- tables:end -->"
+    results.write_text(pattern.sub(lambda _: generated, text))
+
+
+def attention_figures(out: Path, figures: Path, per_class: int) -> None:
+    """Attention maps at init and after training: seed 0, 12 heads, the first grid's subset size."""
+    from structinit.attention import attention_figure
+
+    for init in ("impulse", "impulse-authors", "mimetic"):
+        run = out / "vit-h12" / f"per_class_{per_class}" / f"{init}-seed0"
+        if (run / "summary.json").exists():
+            for at_init, state in ((True, "init"), (False, "trained")):
+                attention_figure(str(run), at_init=at_init, out=figures / f"attention-{init}-{state}.png")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default="cifar10:../shared/datasets/cifar10", help="structinit --data spec")
+    parser.add_argument(
+        "--part",
+        choices=["protocol", "levers", "all", "docs"],
+        default="all",
+        help="what to run; 'docs' only rewrites the docs from finished runs",
+    )
+    parser.add_argument("--out", default="runs/study", help="run directories (resumable)")
+    parser.add_argument(
+        "--docs", default=None, help="where results.csv/results.md go (default docs/; with --smoke, OUT/docs)"
+    )
+    parser.add_argument("--smoke", action="store_true", help="tiny models and subsets, 1 epoch: checks the pipeline")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    docs = Path(args.docs) if args.docs else (out / "docs" if args.smoke else ROOT / "docs")
+    protocol, levers = (SMOKE_PROTOCOL, SMOKE_LEVERS) if args.smoke else (PROTOCOL, LEVERS)
+    full = [protocol[0], levers[0], *protocol[1:], *levers[1:]]
+    todo = {"protocol": protocol, "levers": levers, "all": full, "docs": []}[args.part]
+    start = time.perf_counter()
+    for i, grid in enumerate(todo, 1):
+        print(
+            f"[grid {i}/{len(todo)}] {grid.name}, {grid.per_class} per class, {len(grid.inits)} inits x "
+            f"{len(grid.seeds)} seeds ({time.perf_counter() - start:.0f} s so far)",
+            flush=True,
+        )
+        run_grid(grid, args.data, out, args.smoke)
+    grids = protocol + levers
+    write_docs(study_rows(out, grids), out, docs, grids)
+    attention_figures(out, docs / "figures", protocol[0].per_class)
+    print(f"done in {time.perf_counter() - start:.0f} s; {docs / 'results.md'}, {docs / 'results.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""Options written as text: `key=value` lists, and init labels that name a method with its options.
+
+An init label is what `structinit train --init` and `structinit compare --inits` take, and what the
+results tables show: a method ("impulse"), a named variant ("impulse-authors"), or either with
+options in brackets ("impulse[target_fidelity=0.9,pos_scale=10]"). The label is the run's name, so
+a grid can compare settings of one method side by side.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+# The authors' impulse init (osiriszjq/structured_initialization, impulse_18_7_1): their least-squares
+# solver with Q/K x7, their ordered offsets, the position embedding x18, and Q/K solved on all of it.
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "impulse-authors": ("impulse", {"solver": "authors", "assignment": "ordered", "blind_to_content": False}),
+}
+
+# Not an init method: leave the model as its constructor made it (e.g. a ConvMixer reference row).
+DEFAULT = "default"
+
+
+def parse_assignments(text: str | None, what: str) -> dict[str, Any]:
+    """'a=1,b=x,c=(32,48)' -> {'a': 1, 'b': 'x', 'c': (32, 48)}; values are Python literals or strings."""
+    result: dict[str, Any] = {}
+    if not text:
+        return result
+    for item in split_top_level(text):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{what}: expected key=value, got {item!r}")
+        try:
+            result[key.strip()] = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError):
+            result[key.strip()] = value.strip()
+    return result
+
+
+def split_top_level(text: str) -> list[str]:
+    """Split on commas that are not inside brackets, so that img_size=(32,48) or
+    impulse[a=1,b=2] stays whole."""
+    parts, depth, current = [], 0, ""
+    for char in text:
+        depth += char in "([{"
+        depth -= char in ")]}"
+        if char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    parts.append(current)
+    return [p.strip() for p in parts if p.strip()]
+
+
+def parse_init(label: str) -> tuple[str, dict[str, Any]]:
+    """An init label -> (method, options), e.g. 'impulse-authors[qk_scale=2]' ->
+    ('impulse', {'solver': 'authors', ..., 'qk_scale': 2}). Options in brackets override the variant's.
+    'default' gives (DEFAULT, {}). Unknown names raise ValueError listing the known ones."""
+    from .methods import METHODS
+
+    name, bracket, rest = label.strip().partition("[")
+    if bracket and not rest.endswith("]"):
+        raise ValueError(f"init label {label!r}: options go in brackets at the end, e.g. impulse[target_fidelity=0.9]")
+    extra = parse_assignments(rest[:-1], f"init label {label!r}") if bracket else {}
+    if name == DEFAULT:
+        if extra:
+            raise ValueError(f"init label {label!r}: {DEFAULT!r} takes no options")
+        return DEFAULT, {}
+    if name in VARIANTS:
+        method, options = VARIANTS[name]
+        return method, {**options, **extra}
+    if name in METHODS:
+        return name, extra
+    known = sorted([*METHODS, *VARIANTS, DEFAULT])
+    raise ValueError(f"unknown init {name!r}; choose from {', '.join(known)} (options in brackets: impulse[a=1,b=2])")

@@ -1,0 +1,54 @@
+"""The small-data study script, in its --smoke mode, on a generated 32 px ImageFolder."""
+
+import csv
+import importlib.util
+import sys
+from pathlib import Path
+
+from conftest import make_imagefolder
+
+SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "study_small_data.py"
+
+
+def load_study():
+    spec = importlib.util.spec_from_file_location("study_small_data", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_smoke_study_runs_every_grid_writes_the_docs_and_resumes(tmp_path, capsys):
+    study = load_study()
+    data = make_imagefolder(tmp_path / "images", 32, per_class=8, classes=[f"c{i}" for i in range(3)])
+    out = tmp_path / "study"
+    args = ["--smoke", "--data", f"imagefolder:{data}", "--out", str(out), "--part", "all"]
+    assert study.main(args) == 0
+    docs = out / "docs"
+    with open(docs / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    labels = {(r["grid"], r["init"]) for r in rows}
+    assert labels == {
+        ("vit-h12", "timm"),
+        ("vit-h12", "impulse-authors"),
+        ("vit-h12", "impulse"),
+        ("convmixer", "default"),
+        ("levers-h12", "impulse[target_fidelity=0.9]"),
+    }
+    assert all(r["per_class"] == "8" and r["epochs"] == "1" and 0 <= float(r["top1"]) <= 100 for r in rows)
+    assert {r["heads"] for r in rows if r["grid"] != "convmixer"} == {"12"}
+    results = (docs / "results.md").read_text()
+    assert results.count("<!-- tables:begin -->") == 1 and "### vit-h12 (cpu-quick)" in results
+    assert "| impulse-authors | 1 |" in results and (docs / "figures" / "curves-vit-h12.png").exists()
+    assert (docs / "figures" / "attention-impulse-init.png").exists()
+    assert (docs / "figures" / "attention-impulse-trained.png").exists()
+
+    # hand-written text around the tables survives a rerun, which trains nothing new
+    (docs / "results.md").write_text("# Study\n\nanalysis\n\n" + results + "\nmore analysis\n")
+    before = {p: p.stat().st_mtime_ns for p in out.glob("*/*/*/summary.json")}
+    capsys.readouterr()
+    assert study.main(args) == 0
+    assert {p: p.stat().st_mtime_ns for p in out.glob("*/*/*/summary.json")} == before
+    rewritten = (docs / "results.md").read_text()
+    assert rewritten.startswith("# Study\n\nanalysis\n") and rewritten.endswith("more analysis\n")
+    assert rewritten.count("| impulse-authors | 1 |") == 1
