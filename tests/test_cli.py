@@ -32,6 +32,8 @@ def test_errors_are_one_line_and_exit_2(capsys):
     assert "Unknown model (no_such_model)" in capsys.readouterr().err
     assert main(["init", "vit_tiny_patch16_224", "--options", "nope"]) == 2
     assert "--options: expected key=value, got 'nope'" in capsys.readouterr().err
+    assert main(["compare", "--inits", "timm,impulse[target_fidelity=0.9],xavier", "--out", "unused"]) == 2
+    assert "unknown init 'xavier'" in capsys.readouterr().err
 
 
 def test_parse_assignments_keeps_brackets_together():

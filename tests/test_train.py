@@ -157,3 +157,43 @@ def test_presets_fill_the_config_and_flags_override_them():
     assert (config.epochs, config.lr, config.mixup, config.warmup_epochs) == (5, 2e-3, 0.8, 50)
     with pytest.raises(ValueError, match="unknown preset 'fast'; presets: cpu-quick, imagenet, small-data"):
         TrainConfig.from_preset("fast")
+
+
+def test_init_labels_reach_the_init_and_eval_every_skips_test_epochs(tmp_path):
+    label = "impulse-authors[qk_scale=2,kernel_size=5]"
+    run = tmp_path / "run"
+    train(TrainConfig(**FAST, init=label, epochs=3, eval_every=2, out=str(run)))
+    report = json.loads((run / "init_report.json").read_text())
+    assert report["method"] == "impulse"
+    assert report["options"]["solver"] == "authors" and report["options"]["qk_scale"] == 2
+    assert report["options"]["kernel_size"] == 5 and report["options"]["assignment"] == "ordered"
+    evaluated = [m["epoch"] for m in deterministic_metrics(run) if "test_top1" in m]
+    assert evaluated == [2, 3]  # every 2nd epoch, and the last
+    with pytest.raises(ValueError, match="unknown init 'xavier'"):
+        TrainConfig(**FAST, init="xavier")
+
+
+def test_convmixer_reference_trains_as_constructed(tmp_path):
+    config = TrainConfig(**{**FAST, "model": "convmixer_d6_p4"}, init="default", epochs=1, out=str(tmp_path / "cm"))
+    torch.manual_seed(0)
+    model, report = train_module.build_model(config, train_module.load_data("digits", per_class=20))
+    assert report.method == "default" and report.layers == []
+    depthwise = [m for m in model.modules() if isinstance(m, torch.nn.Conv2d) and m.groups > 1]
+    assert [(m.kernel_size, m.out_channels) for m in depthwise] == [((3, 3), 192)] * 2  # FAST: depth 2
+    summary = train(config)
+    assert summary["finished"] and summary["init"]["method"] == "default"
+
+
+def test_cpu_bf16_runs_attention_unfused_with_the_same_output():
+    from conftest import small_vit
+
+    model = small_vit().eval()
+    images = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        fused = model(images)
+    train_module.prefer_math_attention(model, torch.device("cpu"), None)  # fp32: fused stays
+    assert all(block.attn.fused_attn for block in model.blocks)
+    train_module.prefer_math_attention(model, torch.device("cpu"), torch.bfloat16)
+    assert not any(block.attn.fused_attn for block in model.blocks)
+    with torch.no_grad():
+        assert torch.allclose(model(images), fused, atol=1e-5)
