@@ -82,6 +82,14 @@ LEVERS = [
     Grid("levers-h12", "vit_d6_p4", H12, 200, LEVER_INITS, [0], reference="vit-h12"),
     Grid("levers-h12-lr2e-3", "vit_d6_p4", H12, 200, ["timm", "impulse"], [0], {"lr": 2e-3}),
     Grid("levers-h12-warmup8", "vit_d6_p4", H12, 200, ["timm", "impulse"], [0], {"warmup_epochs": 8}),
+    Grid(
+        "levers-h12-gap-sincos",
+        "vit_d6_p4_gap_sincos",
+        H12,
+        200,
+        ["timm", "mimetic", "impulse-authors", "impulse"],
+        [0],
+    ),
     Grid("levers-h12-60ep", "vit_d6_p4", H12, 200, ["timm", "mimetic", "impulse"], [0], {"epochs": 60}),
 ]
 SMOKE_PROTOCOL = [

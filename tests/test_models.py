@@ -57,9 +57,9 @@ def test_fixed_sincos_position_embedding():
     model = small_vit()
     table = build_sincos2d_pos_embed((8, 8), 192).unsqueeze(0)
     model.pos_embed = torch.nn.Parameter(torch.cat([torch.zeros(1, 1, 192), table], 1), requires_grad=False)
-    report = structinit.initialize(model, "impulse", seed=0, pos_scale=None)
+    report = structinit.initialize(model, "impulse", seed=0)
     assert report.min_fidelity >= 0.95
-    assert torch.equal(model.pos_embed[0, 1:], table[0])  # pos_scale=None keeps a fixed table as it is
+    assert torch.equal(model.pos_embed[0, 1:], table[0])  # a fixed (frozen) table is never rescaled
 
 
 def test_deit_distilled_has_two_prefix_tokens():
@@ -155,3 +155,16 @@ def test_blind_to_content_keeps_patch_content_out_of_the_logits():
     wq, wk = attn.qkv.weight[:192], attn.qkv.weight[192:384]
     assert (wq @ content).abs().max() < 1e-4 * wq.abs().max() * content.abs().max()
     assert (wk @ content).abs().max() < 1e-4 * wk.abs().max() * content.abs().max()
+
+
+def test_gap_sincos_preset_has_a_frozen_table_that_inits_leave_alone():
+    from structinit.models import create_model
+
+    model = create_model("vit_d6_p4_gap_sincos", num_classes=10, in_chans=3, data_size=32)
+    table = build_sincos2d_pos_embed((8, 8), 192).unsqueeze(0)
+    assert model.cls_token is None and model.global_pool == "avg" and not model.pos_embed.requires_grad
+    assert torch.equal(model.pos_embed, table)
+    for method in ("timm", "impulse"):
+        report = structinit.initialize(model, method, seed=0)
+        assert torch.equal(model.pos_embed, table)
+    assert report.min_fidelity >= 0.95

@@ -184,16 +184,12 @@ def test_convmixer_reference_trains_as_constructed(tmp_path):
     assert summary["finished"] and summary["init"]["method"] == "default"
 
 
-def test_cpu_bf16_runs_attention_unfused_with_the_same_output():
+def test_cpu_bf16_runs_attention_unfused():
+    """(that unfused attention gives the same output is test_models' fused/unfused test)"""
     from conftest import small_vit
 
-    model = small_vit().eval()
-    images = torch.randn(2, 3, 32, 32)
-    with torch.no_grad():
-        fused = model(images)
-    train_module.prefer_math_attention(model, torch.device("cpu"), None)  # fp32: fused stays
+    model = small_vit()
+    train_module.prefer_math_attention(model, torch.device("cpu"), None)  # fp32: fused is faster, stays
     assert all(block.attn.fused_attn for block in model.blocks)
     train_module.prefer_math_attention(model, torch.device("cpu"), torch.bfloat16)
     assert not any(block.attn.fused_attn for block in model.blocks)
-    with torch.no_grad():
-        assert torch.allclose(model(images), fused, atol=1e-5)

@@ -150,7 +150,8 @@ def init_impulse(
     The authors' scales: the position embedding is multiplied by 18, so that it weighs more against
     the patch content on real images. Here `pos_scale` rescales it to a standard deviation of
     pos_scale x 0.02 (timm's init std): x18 on a fresh timm model, and the same result if the init
-    is applied twice; `pos_scale=None` leaves it as it is (e.g. a fixed sin-cos table).
+    is applied twice; `pos_scale=None` leaves it as it is. A frozen (fixed, e.g. sin-cos) table is
+    always left as it is.
     `blind_to_content`: where the patch embedding can only reach a subspace of less than half the
     width (small patches: 3 x 4 x 4 = 48 of 192 dimensions at 32 px / patch 4), Q and K are solved
     outside it, so that patch content reaches the logits only through the norm's scale (first-layer
@@ -175,7 +176,7 @@ def init_impulse(
             "the impulse init solves Q/K from the model's position embedding, and this model has none "
             "(pos_embed is None); create it with a position embedding (timm: pos_embed='learn')"
         )
-    if pos_scale is not None:
+    if pos_scale is not None and pos.requires_grad:
         if float(pos.std()) == 0.0:
             raise ValueError("the position embedding is constant: initialise it (e.g. method 'timm') first")
         pos.mul_(0.02 * pos_scale / pos.std())

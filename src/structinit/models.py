@@ -6,6 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 import timm
+import torch
+from timm.layers import build_sincos2d_pos_embed
 from timm.models.convmixer import ConvMixer
 from torch import nn
 
@@ -17,6 +19,11 @@ PRESETS: dict[str, tuple[str | Callable[..., nn.Module], dict[str, Any]]] = {
     "vit_tiny_p2": ("vit_tiny_patch16_224", dict(patch_size=2)),
     "vit_small_p4": ("vit_small_patch16_224", dict(patch_size=4)),
     "vit_d6_p4": ("vit_tiny_patch16_224", dict(patch_size=4, depth=6)),  # the FINDINGS / study ViT
+    # the paper's v1 ViT: no class token, global average pooling, a fixed 2-D sin-cos position table
+    "vit_d6_p4_gap_sincos": (
+        "vit_tiny_patch16_224",
+        dict(patch_size=4, depth=6, class_token=False, global_pool="avg", pos_embed="sincos"),
+    ),
     # the CNN yardstick of the study: the ViT's width, depth, patch and kernel (3 x 3) as a ConvMixer
     "convmixer_d6_p4": (ConvMixer, dict(dim=192, depth=6, patch_size=4, kernel_size=3)),
 }
@@ -26,7 +33,8 @@ def create_model(
     name: str, *, num_classes: int, in_chans: int, data_size: int | None, drop_path: float = 0.0, **kwargs: Any
 ) -> nn.Module:
     """timm.create_model for a preset or any timm name; ViT-family models get `img_size=data_size`
-    (the in-memory images' size) unless `kwargs` sets img_size."""
+    (the in-memory images' size) unless `kwargs` sets img_size. `pos_embed="sincos"` gives a ViT a
+    fixed (frozen) 2-D sin-cos position table, which every init leaves as it is."""
     arch, preset_kwargs = PRESETS.get(name, (name, {}))
     options = {**preset_kwargs, **kwargs, "num_classes": num_classes, "in_chans": in_chans}
     if drop_path:
@@ -35,12 +43,28 @@ def create_model(
         return arch(**options)
     if data_size is not None and "img_size" not in options and _takes_img_size(arch):
         options["img_size"] = data_size
+    sincos = options.get("pos_embed") == "sincos"
+    if sincos:
+        options["pos_embed"] = "learn"
     try:
-        return timm.create_model(arch, **options)
+        model = timm.create_model(arch, **options)
     except RuntimeError as error:
         if "Unknown model" in str(error):
             raise ValueError(f"{error}; presets: {', '.join(PRESETS)}") from None
         raise
+    if sincos:
+        _fix_sincos_position_table(model)
+    return model
+
+
+def _fix_sincos_position_table(model: nn.Module) -> None:
+    grid = model.patch_embed.grid_size
+    table = build_sincos2d_pos_embed(list(grid), model.embed_dim).unsqueeze(0)
+    prefix = model.pos_embed.shape[1] - table.shape[1]  # prefix tokens that carry a position slot
+    with torch.no_grad():
+        model.pos_embed.zero_()
+        model.pos_embed[:, prefix:] = table
+    model.pos_embed.requires_grad_(False)
 
 
 def _takes_img_size(arch: str) -> bool:

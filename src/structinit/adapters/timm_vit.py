@@ -114,9 +114,13 @@ class TimmViTAdapter(ModelAdapter):
         # timm's init_weights draws from the global RNG: run it on a forked RNG seeded from ours.
         seed = int(torch.randint(2**62, (1,), generator=generator))
         devices = [p.device for p in self.model.parameters() if p.device.type == "cuda"][:1]
+        pos = self.model.pos_embed
+        fixed = pos.detach().clone() if pos is not None and not pos.requires_grad else None
         with torch.random.fork_rng(devices=devices):
             torch.manual_seed(seed)
             self.model.init_weights("")
+        if fixed is not None:  # a frozen table (e.g. sin-cos) is part of the architecture, not the init
+            pos.copy_(fixed)
 
     def reset_kaiming(self, generator: torch.Generator) -> None:
         model = self.model
