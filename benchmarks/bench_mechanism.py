@@ -1,0 +1,94 @@
+"""Why an init trains well or badly with 12 small heads: what each init does at step 0.
+
+For the study's ViT (width 192, depth 6, 32 px / patch 4) with 12 heads (dimension 16) and 3 heads
+(dimension 64), built exactly as `structinit train` builds it (seed 0), on 256 CIFAR-10 test images
+(../shared/datasets/cifar10):
+- fidelity on the pseudo input (what the solver aimed at) and on the images (every layer; the mass
+  on each head's best 3x3 offset);
+- attention entropy on the images, as a fraction of log(T): 1 is uniform, 0 is one-hot. A head near
+  0 is a frozen router: the softmax Jacobian vanishes and its Q/K get almost no gradient;
+- the gradient that reaches Q/K, relative to their size (|grad| / |W|, summed over layers), for the
+  training loss on those images, next to the same ratio for the MLPs.
+
+    .venv/bin/python benchmarks/bench_mechanism.py    # about a minute on 2 cores
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+
+import torch
+from torch import nn
+
+import structinit
+from structinit.adapters import get_adapter
+from structinit.data import load_data
+from structinit.fidelity import layer_inputs
+from structinit.train import TrainConfig, build_model, normalised_test_images
+
+DATA = "cifar10:../shared/datasets/cifar10"
+INITS = [
+    "timm",
+    "kaiming",
+    "mimetic",
+    "impulse-authors",
+    "impulse[target_fidelity=0.7]",
+    "impulse[target_fidelity=0.9]",
+    "impulse",
+    "impulse[target_fidelity=0.995]",
+]
+
+
+def entropy_fraction(model: nn.Module, images: torch.Tensor) -> float:
+    """Mean over layers, heads, queries and images of H(attention row) / log(T)."""
+    adapter = get_adapter(model)
+    values = []
+    with torch.no_grad():
+        for layer, x in zip(adapter.layers(), layer_inputs(adapter, images)):
+            attn = layer.attention(x).float().clamp_min(1e-12)
+            values.append((-(attn * attn.log()).sum(-1) / torch.log(torch.tensor(attn.shape[-1]))).mean())
+    return float(torch.stack(values).mean())
+
+
+def gradient_ratios(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> tuple[float, float]:
+    """|grad| / |W| of the query/key rows of qkv and of the MLPs, summed over blocks."""
+    model.zero_grad()
+    nn.functional.cross_entropy(model(images), labels).backward()
+    qk = mlp = 0.0
+    for block in model.blocks:
+        dim = block.attn.qkv.weight.shape[1]
+        w, g = block.attn.qkv.weight.detach()[: 2 * dim], block.attn.qkv.weight.grad[: 2 * dim]
+        qk += float(g.norm() / w.norm())
+        w1, g1 = block.mlp.fc1.weight.detach(), block.mlp.fc1.weight.grad
+        mlp += float(g1.norm() / w1.norm())
+    return qk, mlp
+
+
+def main() -> int:
+    data = load_data(DATA, per_class=200)
+    print(f"# Init mechanism (torch {torch.__version__}, {platform.machine()}, 256 CIFAR-10 test images, seed 0)\n")
+    print(
+        "| heads | init | fidelity, pseudo input | fidelity, images (all layers) | attention entropy / log T "
+        "| Q/K grad / weight | MLP grad / weight |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for heads in (12, 3):
+        for label in INITS:
+            config = TrainConfig(data=DATA, model="vit_d6_p4", model_kwargs={"num_heads": heads}, init=label, seed=0)
+            model, report = build_model(config, data)
+            images = normalised_test_images(model, data, 256)
+            labels = data.test_labels[:256]
+            real = structinit.fidelity(model, images)
+            entropy = entropy_fraction(model, images)
+            qk, mlp = gradient_ratios(model, images, labels)
+            print(
+                f"| {heads} | {label} | {report.mean_fidelity:.3f} | {real.mean_fidelity:.3f} | {entropy:.3f} "
+                f"| {qk:.4f} | {mlp:.4f} |",
+                flush=True,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
