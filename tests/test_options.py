@@ -21,7 +21,10 @@ def test_a_method_a_variant_and_options_in_brackets():
 @pytest.mark.parametrize(
     "label, message",
     [
-        ("xavier", "unknown init 'xavier'; choose from default, impulse, impulse-authors, kaiming, mimetic, timm"),
+        (
+            "xavier",
+            "unknown init 'xavier'; choose from box, default, impulse, impulse-authors, kaiming, mimetic, random, timm",
+        ),
         ("impulse[target_fidelity=0.9", "options go in brackets at the end"),
         ("impulse[0.9]", "expected key=value, got '0.9'"),
         ("default[seed=1]", "'default' takes no options"),

@@ -9,9 +9,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .filter_inits import FILTER_METHODS
 from .methods import METHODS
 from .options import VARIANTS, parse_assignments, parse_init, split_top_level
 
+# `train --filters`, for ConvMixer: the init label each choice stands for
+FILTERS = {
+    "trained": "default",
+    "random": "random[freeze=True]",
+    "impulse": "impulse[freeze=True]",
+    "box": "box[freeze=True]",
+}
 INIT_HELP = (
     f"init label (default impulse): a method ({', '.join(sorted(METHODS))}), a variant ({', '.join(VARIANTS)}), "
     "'default' (the model as constructed), or any of them with options, e.g. impulse[target_fidelity=0.9]"
@@ -23,8 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     init = commands.add_parser("init", help="build a timm model, initialise it and print the report")
     init.add_argument("model", help="timm model name, e.g. vit_tiny_patch16_224")
-    init.add_argument("--method", default="impulse", choices=sorted(METHODS))
-    init.add_argument("--kernel-size", type=int, default=3)
+    init.add_argument("--method", default="impulse", choices=sorted({*METHODS, *FILTER_METHODS}))
+    init.add_argument("--kernel-size", type=int, help="f of the f x f kernel (default 3; ConvMixer: its own)")
     init.add_argument("--seed", type=int, default=0)
     init.add_argument("--model-kwargs", help="timm.create_model keywords, e.g. img_size=32,patch_size=4,num_heads=12")
     init.add_argument("--options", help="method options, e.g. target_fidelity=0.9,assignment=ordered")
@@ -39,14 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     grid.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
 
     attention = commands.add_parser("attention", help="PNG of the attention maps per layer and head")
-    attention.add_argument("target", help="a run directory (its last.pt) or a timm model name / preset")
-    attention.add_argument("--data", default=None, help="images to average over (default: the run's data, or digits)")
-    attention.add_argument("--images", type=int, default=64, help="number of test images to average over")
-    attention.add_argument("--at-init", action="store_true", help="for a run: the maps at init, not after training")
-    attention.add_argument("--init", default="impulse", help="for a model name: an init label (see train --init)")
-    attention.add_argument("--model-kwargs", help="for a model name: timm.create_model keywords")
-    attention.add_argument("--seed", type=int, default=0)
-    attention.add_argument("--out", default="attention.png")
+    add_target_arguments(attention, images=64, out="attention.png")
+    rank = commands.add_parser("rank", help="stable rank of the patch embeddings and every block's output")
+    add_target_arguments(rank, images=256, out="rank.png")
 
     demo = commands.add_parser("demo", help="the main job: timm vs mimetic vs impulse init on the embedded digits")
     demo.add_argument("--out", default="runs/demo")
@@ -54,6 +57,19 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seeds", default="0")
     demo.add_argument("--quiet", action="store_true")
     return parser
+
+
+def add_target_arguments(parser: argparse.ArgumentParser, images: int, out: str) -> None:
+    """Flags of the inspection commands, which look at a run directory or a model name."""
+    add = parser.add_argument
+    add("target", help="a run directory (its last.pt) or a timm model name / preset")
+    add("--data", default=None, help="test images to use (default: the run's data, or digits)")
+    add("--images", type=int, default=images, help=f"number of test images (default {images})")
+    add("--at-init", action="store_true", help="for a run: the model at init, not after training")
+    add("--init", default="impulse", help="for a model name: an init label (see train --init)")
+    add("--model-kwargs", help="for a model name: timm.create_model keywords")
+    add("--seed", type=int, default=0)
+    add("--out", default=out, help=f"PNG to write (default {out})")
 
 
 def add_train_arguments(parser: argparse.ArgumentParser, grid: bool = False) -> None:
@@ -76,8 +92,14 @@ def add_train_arguments(parser: argparse.ArgumentParser, grid: bool = False) -> 
     add("--model-kwargs", help="timm.create_model keywords, e.g. depth=6,num_heads=12,global_pool=avg")
     if not grid:
         add("--init", help=INIT_HELP)
+        add(
+            "--filters",
+            choices=sorted(FILTERS),
+            help="ConvMixer, instead of --init: trained (learned from the default init), or frozen at "
+            "random (the default init), impulse (one-hot) or box (all 1/f^2) values",
+        )
     add("--init-kwargs", help="options of the init method, e.g. target_fidelity=0.9")
-    add("--kernel-size", type=int, help="impulse kernel size f (default 3)")
+    add("--kernel-size", type=int, help="impulse kernel size f (default 3; ConvMixer: its own)")
     add("--preset", help="recipe preset: small-data, imagenet, cpu-quick")
     add("--epochs", type=int)
     add("--batch-size", type=int, help="global batch size (split across processes)")
@@ -123,6 +145,10 @@ def train_config(args: argparse.Namespace, **overrides: Any):
         values["model_kwargs"] = parse_assignments(args.model_kwargs, "--model-kwargs")
     if args.init_kwargs:
         values["init_kwargs"] = parse_assignments(args.init_kwargs, "--init-kwargs")
+    if getattr(args, "filters", None):
+        if args.init:
+            raise ValueError("--filters and --init both set the init: give one")
+        values["init"] = FILTERS[args.filters]
     values.update(overrides)
     return TrainConfig.from_preset(args.preset, **values)
 
@@ -138,16 +164,13 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def run_init(args: argparse.Namespace) -> int:
-    import timm
-
     from .methods import initialize
+    from .models import create_model
 
     model_kwargs = parse_assignments(args.model_kwargs, "--model-kwargs")
     options = parse_assignments(args.options, "--options")
-    try:
-        model = timm.create_model(args.model, **model_kwargs)
-    except RuntimeError as error:  # timm's "Unknown model"
-        raise ValueError(str(error)) from None
+    classes, channels = model_kwargs.pop("num_classes", 1000), model_kwargs.pop("in_chans", 3)
+    model = create_model(args.model, num_classes=classes, in_chans=channels, data_size=None, **model_kwargs)
     report = initialize(model, args.method, kernel_size=args.kernel_size, seed=args.seed, **options)
     print(report)
     if args.json:
@@ -194,6 +217,24 @@ def run_attention(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_rank(args: argparse.Namespace) -> int:
+    from .rank import rank_figure, ranks_table
+
+    ranks, path = rank_figure(
+        args.target,
+        data=args.data,
+        images=args.images,
+        at_init=args.at_init,
+        init=args.init,
+        model_kwargs=parse_assignments(args.model_kwargs, "--model-kwargs"),
+        seed=args.seed,
+        out=args.out,
+    )
+    print(ranks_table(ranks), end="")
+    print(f"wrote {path}")
+    return 0
+
+
 def run_demo(args: argparse.Namespace) -> int:
     from .attention import attention_figure
     from .experiments import compare
@@ -212,7 +253,14 @@ def run_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"init": run_init, "train": run_train, "compare": run_compare, "attention": run_attention, "demo": run_demo}
+COMMANDS = {
+    "init": run_init,
+    "train": run_train,
+    "compare": run_compare,
+    "attention": run_attention,
+    "rank": run_rank,
+    "demo": run_demo,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,47 +18,83 @@ import torch
 from torch import nn
 
 from .adapters import AttentionLayer, ModelAdapter, get_adapter
+from .adapters.convmixer import ConvMixerAdapter, get_conv_adapter
 from .fidelity import best_offsets, offset_mass
+from .filter_inits import FILTER_METHODS, init_filters
 from .filters import Offset, assign_offsets, check_kernel_size, target_indices
 from .report import HeadReport, LayerReport, Report
 from .solvers import PseudoInput, authors_closed_form, balanced_factors, closed_form, gain_for_fidelity, refine
 
 
 def initialize(
-    model: nn.Module, method: str, *, kernel_size: int = 3, seed: int | None = None, **options: Any
+    model: nn.Module, method: str, *, kernel_size: int | None = None, seed: int | None = None, **options: Any
 ) -> Report:
     """Initialise `model` in place with `method` and return a report.
 
-    Methods: "timm", "kaiming", "mimetic", "impulse"; see each `init_*` function for its options.
-    `kernel_size` is the f of the f x f kernel: the impulse offsets, and the offsets against which
-    every method's attention maps are measured in the report. `seed=None` draws a seed from torch's
-    global RNG (so `torch.manual_seed` makes it reproducible); the report records it.
+    Vision transformers: "timm", "kaiming", "mimetic", "impulse"; see each `init_*` function for its
+    options. `kernel_size` (default 3) is the f of the f x f kernel: the impulse offsets, and the
+    offsets against which every method's attention maps are measured in the report.
+    ConvMixer: "random", "impulse", "box" set its depthwise filters, option `freeze`
+    (see filter_inits.py); its kernel size is the model's own.
+    `seed=None` draws a seed from torch's global RNG (so `torch.manual_seed` makes it
+    reproducible); the report records it.
     """
-    if method not in METHODS:
-        raise ValueError(f"unknown init method {method!r}; choose one of {', '.join(sorted(METHODS))}")
-    init = METHODS[method]
-    parameters = inspect.signature(init).parameters
-    defaults = {name: p.default for name, p in parameters.items() if p.default is not inspect.Parameter.empty}
-    allowed = [name for name in parameters if name not in ("adapter", "generator", "kernel_size")]
-    unknown = sorted(set(options) - set(allowed))
-    if unknown:
-        raise TypeError(
-            f"unknown option(s) {', '.join(unknown)} for method {method!r}; "
-            f"its options are: {', '.join(allowed) or 'none'}"
-        )
     if seed is None:
         seed = int(torch.randint(2**31 - 1, (1,)))
     elif isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int or None, got {seed!r}")
+    generator = torch.Generator().manual_seed(seed)
+    conv = get_conv_adapter(model)
+    if conv is not None:
+        return _initialize_filters(model, conv, method, kernel_size, seed, generator, options)
+    kernel_size = 3 if kernel_size is None else kernel_size
+    if method not in METHODS:
+        hint = " (a ConvMixer filter init)" if method in FILTER_METHODS else ""
+        raise ValueError(f"unknown init method {method!r}{hint}; choose one of {', '.join(sorted(METHODS))}")
+    init = METHODS[method]
+    parameters = inspect.signature(init).parameters
+    defaults = {name: p.default for name, p in parameters.items() if p.default is not inspect.Parameter.empty}
+    allowed = [name for name in parameters if name not in ("adapter", "generator", "kernel_size")]
+    _check_options(method, options, allowed)
     adapter = get_adapter(model)
     check_kernel_size(kernel_size, adapter.grid)
-    generator = torch.Generator().manual_seed(seed)
     start = time.perf_counter()
     with torch.no_grad():
         layers = init(adapter, generator, kernel_size=kernel_size, **options)
     seconds = time.perf_counter() - start
     resolved = {"kernel_size": kernel_size, **{k: v for k, v in defaults.items() if k != "kernel_size"}, **options}
     return Report(method, type(model).__name__, layers, seconds, seed, resolved)
+
+
+def _initialize_filters(
+    model: nn.Module,
+    adapter: ConvMixerAdapter,
+    method: str,
+    kernel_size: int | None,
+    seed: int,
+    generator: torch.Generator,
+    options: dict[str, Any],
+) -> Report:
+    if kernel_size is not None and kernel_size != adapter.kernel_size:
+        raise ValueError(
+            f"kernel_size {kernel_size} does not match this ConvMixer's {adapter.kernel_size} x "
+            f"{adapter.kernel_size} depthwise filters (create the model with kernel_size={kernel_size})"
+        )
+    _check_options(method, options, ["freeze"])
+    start = time.perf_counter()
+    with torch.no_grad():
+        layers = init_filters(adapter, method, generator, **options)
+    resolved = {"kernel_size": adapter.kernel_size, "freeze": False, **options}
+    return Report(method, type(model).__name__, layers, time.perf_counter() - start, seed, resolved, "filters")
+
+
+def _check_options(method: str, options: dict[str, Any], allowed: list[str]) -> None:
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise TypeError(
+            f"unknown option(s) {', '.join(unknown)} for method {method!r}; "
+            f"its options are: {', '.join(allowed) or 'none'}"
+        )
 
 
 # --- baselines -------------------------------------------------------------------------------

@@ -57,6 +57,7 @@ def parse_init(label: str) -> tuple[str, dict[str, Any]]:
     """An init label -> (method, options), e.g. 'impulse-authors[qk_scale=2]' ->
     ('impulse', {'solver': 'authors', ..., 'qk_scale': 2}). Options in brackets override the variant's.
     'default' gives (DEFAULT, {}). Unknown names raise ValueError listing the known ones."""
+    from .filter_inits import FILTER_METHODS
     from .methods import METHODS
 
     name, bracket, rest = label.strip().partition("[")
@@ -70,7 +71,7 @@ def parse_init(label: str) -> tuple[str, dict[str, Any]]:
     if name in VARIANTS:
         method, options = VARIANTS[name]
         return method, {**options, **extra}
-    if name in METHODS:
+    if name in METHODS or name in FILTER_METHODS:
         return name, extra
-    known = sorted([*METHODS, *VARIANTS, DEFAULT])
+    known = sorted({*METHODS, *FILTER_METHODS, *VARIANTS, DEFAULT})
     raise ValueError(f"unknown init {name!r}; choose from {', '.join(known)} (options in brackets: impulse[a=1,b=2])")

@@ -71,3 +71,21 @@ def plot_attention(
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def plot_ranks(ranks, path: Path, title: str = "") -> None:
+    """Stable rank per layer (patch embedding, then each block), with min(N, D), the largest
+    possible rank, as a dashed line: how far below it the features live."""
+    fig, ax = plt.subplots(figsize=(max(5, 0.6 * len(ranks)), 3.6))
+    x = np.arange(len(ranks))
+    ax.plot(x, [r.stable_rank for r in ranks], "o-", label="stable rank (mean over images)")
+    ax.plot(x, [r.bound for r in ranks], "--", color="grey", label="min(N, D)")
+    ax.set_yscale("log")
+    ax.set_xticks(x, [r.name.replace("patch embedding", "patch emb.") for r in ranks], rotation=45, ha="right")
+    ax.set_ylabel("stable rank")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -84,10 +84,12 @@ class Report:
             f"fidelity on {self.measured_on}: mean {fmt(self.mean_fidelity)}, worst head {fmt(self.min_fidelity)}",
             "layer  seconds  heads: offset (dy,dx) fidelity",
         ]
+        shown = 16  # a ConvMixer layer has hundreds of filters: show the first few
         for layer in self.layers:
             cells = "  ".join(
                 f"{f'({h.offset[0]:+d},{h.offset[1]:+d})' if h.offset else '(  -  )'} {fmt(h.fidelity)}"
-                for h in layer.heads
+                for h in layer.heads[:shown]
             )
-            lines.append(f"{layer.index:>5}  {layer.seconds:7.3f}  {cells}")
+            more = f"  ... {len(layer.heads) - shown} more" if len(layer.heads) > shown else ""
+            lines.append(f"{layer.index:>5}  {layer.seconds:7.3f}  {cells}{more}")
         return "\n".join(lines)

@@ -56,7 +56,7 @@ class TrainConfig:
     model_kwargs: dict[str, Any] = field(default_factory=dict)
     init: str = "impulse"
     init_kwargs: dict[str, Any] = field(default_factory=dict)
-    kernel_size: int = 3
+    kernel_size: int | None = None  # None: 3 for ViTs, a ConvMixer's own filter size
     epochs: int = 30
     batch_size: int = 128
     lr: float = 1e-3

@@ -90,6 +90,10 @@ class ModelAdapter(abc.ABC):
         """Token sequence (B, T, D) entering the first block for a batch of images."""
 
     @abc.abstractmethod
+    def patch_tokens(self, images: torch.Tensor) -> torch.Tensor:
+        """The patch embeddings (B, N, D) alone: no position embedding, no prefix tokens."""
+
+    @abc.abstractmethod
     def run_block(self, index: int, x: torch.Tensor) -> torch.Tensor:
         """Output of block `index` for its input x."""
 

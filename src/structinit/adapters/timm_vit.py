@@ -106,6 +106,10 @@ class TimmViTAdapter(ModelAdapter):
         with _eval(model):
             return model.norm_pre(model.patch_drop(model._pos_embed(model.patch_embed(images))))
 
+    def patch_tokens(self, images: torch.Tensor) -> torch.Tensor:
+        with _eval(self.model):
+            return self.model.patch_embed(images)
+
     def run_block(self, index: int, x: torch.Tensor) -> torch.Tensor:
         with _eval(self.model):
             return self.model.blocks[index](x)

@@ -1,0 +1,49 @@
+"""What the inspection commands (`attention`, `rank`) look at: a run directory, at init or trained,
+or a model name / preset initialised on the spot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from torch import nn
+
+from .data import StreamData, TensorData, load_data
+from .train import TrainConfig, build_model
+
+
+def load_target(
+    target: str,
+    *,
+    data: str | None = None,
+    at_init: bool = False,
+    init: str = "impulse",
+    model_kwargs: dict[str, Any] | None = None,
+    seed: int = 0,
+) -> tuple[nn.Module, TensorData | StreamData, str]:
+    """(model in eval mode, dataset, title). A run directory gives the model of its config.yaml
+    with the weights of last.pt (unless `at_init`) and its data (unless `data`); anything else is a
+    timm model name or preset, initialised with the init label `init`, on `data` (default digits)."""
+    run = Path(target)
+    if (run / "config.yaml").exists():
+        config = TrainConfig(**yaml.safe_load((run / "config.yaml").read_text()))
+        dataset = load_data(data or config.data, root=config.data_root, cache_dir=config.cache_dir)
+        model, _ = build_model(config, dataset)
+        state = "at init"
+        if not at_init:
+            if not (run / "last.pt").exists():
+                raise FileNotFoundError(f"{run} has no last.pt; use --at-init for the model at initialisation")
+            checkpoint = torch.load(run / "last.pt", map_location="cpu", weights_only=False)
+            model.load_state_dict(checkpoint["model"])
+            state = f"after epoch {checkpoint['epoch']}"
+        title = f"{run.name} ({config.init} init), {state}"
+    else:
+        if run.exists():
+            raise FileNotFoundError(f"{run} is a directory without config.yaml: not a run directory")
+        config = TrainConfig(model=target, init=init, seed=seed, model_kwargs=model_kwargs or {})
+        dataset = load_data(data or "digits")
+        model, _ = build_model(config, dataset)
+        title = f"{target}, {init} init"
+    return model.eval(), dataset, title
