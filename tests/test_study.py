@@ -54,3 +54,26 @@ def test_smoke_study_runs_every_grid_writes_the_docs_and_resumes(tmp_path, capsy
     rewritten = (docs / "results.md").read_text()
     assert rewritten.startswith("# Study\n\nanalysis\n") and rewritten.endswith("more analysis\n")
     assert rewritten.count("| impulse-authors | 1 |") == results.count("| impulse-authors | 1 |")  # not duplicated
+
+
+def load_script(name):
+    spec = importlib.util.spec_from_file_location(name, SCRIPT.parent / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_smoke_theory_fills_the_tables_and_ranks(tmp_path):
+    theory = load_script("theory")
+    data = make_imagefolder(tmp_path / "images", 32, per_class=8, classes=[f"c{i}" for i in range(3)])
+    out = tmp_path / "theory"
+    assert theory.main(["--smoke", "--data", f"imagefolder:{data}", "--out", str(out)]) == 0
+    text = (out / "docs" / "theory.md").read_text()
+    for row in ("| trained |", "| random (frozen) |", "| impulse (frozen) |", "| box (frozen) |", "| mimetic |"):
+        assert row in text
+    assert "| 2 heads (dim 8) | 4 heads (dim 4) |" in text and "- |" not in text.split("Stable rank")[0]
+    assert "| ConvMixer width 16, 3x3, trained filters |" in text and "| ViT width 16, 4 heads, impulse init |" in text
+    assert (out / "docs" / "figures" / "theory.png").exists() and (
+        out / "docs" / "figures" / "theory-rank-1.png"
+    ).exists()
