@@ -76,6 +76,7 @@ LEVER_INITS = [
     "impulse[assignment=ordered]",
     "impulse[solver=refine]",
     "impulse[blind_to_content=False]",
+    "impulse-authors[qk_scale=2]",  # the authors' solver, softer (FINDINGS: their 12-head gain appears)
 ]
 LEVERS = [
     Grid("levers-h12", "vit_d6_p4", H12, 200, LEVER_INITS, [0], reference="vit-h12"),
