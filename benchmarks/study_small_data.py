@@ -149,7 +149,13 @@ def write_docs(rows: list[dict[str, Any]], out: Path, docs: Path, grids: list[Gr
         sections.append(
             f"### {name} ({changes})\n\n{results_markdown(grid_rows)}\n![curves of {name}](figures/curves-{name}.png)\n"
         )
-    tables = "\n".join(sections) or "No finished runs yet.\n"
+    protocol = [r for r in rows if not r["grid"].startswith("levers")]
+    minutes = sum(r["wall_secs"] for r in protocol) / 60
+    cost = (
+        f"Finished protocol runs: {len(protocol)}, {minutes:.0f} min of wall-clock (training and evaluation, "
+        "from each run's first epoch to its last record; runs that shared the CPU with other work took longer).\n\n"
+    )
+    tables = cost + ("\n".join(sections) or "No finished runs yet.\n")
     write_generated_section(docs / "results.md", tables, "benchmarks/study_small_data.py")
 
 

@@ -74,6 +74,8 @@ def collect(out: Path) -> list[dict[str, Any]]:
                 "top1": round(summary["test_top1"], 3),
                 "top5": round(summary["test_top5"], 3),
                 "secs": round(sum(m["epoch_seconds"] for m in curve), 1),
+                # wall-clock from the first epoch's start to the last record (evaluations included)
+                "wall_secs": round(curve[-1]["time"] - curve[0]["time"] + curve[0]["epoch_seconds"], 1),
                 "train_loss": round(curve[-1]["train_loss"], 4),
                 "curve": [(m["epoch"], m["test_top1"]) for m in curve if "test_top1" in m],
             }
