@@ -200,11 +200,9 @@ def run_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_attention(args: argparse.Namespace) -> int:
-    from .attention import attention_figure
-
-    path = attention_figure(
-        args.target,
+def target_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of the inspection commands' functions, from their shared flags."""
+    return dict(
         data=args.data,
         images=args.images,
         at_init=args.at_init,
@@ -213,23 +211,19 @@ def run_attention(args: argparse.Namespace) -> int:
         seed=args.seed,
         out=args.out,
     )
-    print(f"wrote {path}")
+
+
+def run_attention(args: argparse.Namespace) -> int:
+    from .attention import attention_figure
+
+    print(f"wrote {attention_figure(args.target, **target_arguments(args))}")
     return 0
 
 
 def run_rank(args: argparse.Namespace) -> int:
     from .rank import rank_figure, ranks_table
 
-    ranks, path = rank_figure(
-        args.target,
-        data=args.data,
-        images=args.images,
-        at_init=args.at_init,
-        init=args.init,
-        model_kwargs=parse_assignments(args.model_kwargs, "--model-kwargs"),
-        seed=args.seed,
-        out=args.out,
-    )
+    ranks, path = rank_figure(args.target, **target_arguments(args))
     print(ranks_table(ranks), end="")
     print(f"wrote {path}")
     return 0
