@@ -78,6 +78,7 @@ def collect(out: Path) -> list[dict[str, Any]]:
                 "wall_secs": round(curve[-1]["time"] - curve[0]["time"] + curve[0]["epoch_seconds"], 1),
                 "train_loss": round(curve[-1]["train_loss"], 4),
                 "curve": [(m["epoch"], m["test_top1"]) for m in curve if "test_top1" in m],
+                "loss_curve": [(m["epoch"], m["train_loss"]) for m in curve],
             }
         )
     return rows

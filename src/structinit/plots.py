@@ -14,27 +14,38 @@ import torch
 
 
 def plot_curves(rows: list[dict[str, Any]], path: Path) -> None:
-    """Test top-1 against epoch, one panel per (dataset, per-class) setting, one line per init
-    (mean over seeds, shaded between the lowest and highest seed)."""
+    """Per (dataset, per-class) setting, a column of two panels: test top-1 at the evaluated epochs
+    and training loss at every epoch (does an init converge faster early, and keep it?). One line
+    per init: the mean over seeds, shaded between the lowest and highest seed."""
     settings = sorted({(r["dataset"], str(r["per_class"])) for r in rows})
-    fig, axes = plt.subplots(1, len(settings), figsize=(5 * len(settings), 3.6), squeeze=False)
-    for ax, (dataset, per_class) in zip(axes[0], settings):
-        inits = sorted({r["init"] for r in rows if (r["dataset"], str(r["per_class"])) == (dataset, per_class)})
-        for init in inits:
-            curves = [
-                r["curve"] for r in rows if (r["dataset"], str(r["per_class"]), r["init"]) == (dataset, per_class, init)
-            ]
-            length = min(len(c) for c in curves)  # (epoch, top-1) pairs, at the evaluated epochs
-            epochs = np.array([epoch for epoch, _ in curves[0][:length]])
-            data = np.array([[top1 for _, top1 in c[:length]] for c in curves])
-            ax.plot(epochs, data.mean(0), label=f"{init} ({len(curves)} seeds)")
-            if len(curves) > 1:
-                ax.fill_between(epochs, data.min(0), data.max(0), alpha=0.2)
-        ax.set_title(f"{dataset}, {per_class + ' per class' if per_class else 'all images'}")
-        ax.set_xlabel("epoch")
-        ax.set_ylabel("test top-1 (%)")
-        ax.grid(alpha=0.3)
-        ax.legend()
+    fig, axes = plt.subplots(2, len(settings), figsize=(5 * len(settings), 6.4), squeeze=False, sharex="col")
+    for column, (dataset, per_class) in enumerate(settings):
+        top, bottom = axes[0][column], axes[1][column]
+        setting_rows = [r for r in rows if (r["dataset"], str(r["per_class"])) == (dataset, per_class)]
+        for init in sorted({r["init"] for r in setting_rows}):
+            runs = [r for r in setting_rows if r["init"] == init]
+            line = None
+            for ax, key in ((top, "curve"), (bottom, "loss_curve")):
+                curves = [r[key] for r in runs]
+                length = min(len(c) for c in curves)  # (epoch, value) pairs
+                epochs = np.array([epoch for epoch, _ in curves[0][:length]])
+                data = np.array([[value for _, value in c[:length]] for c in curves])
+                (line,) = ax.plot(
+                    epochs,
+                    data.mean(0),
+                    label=f"{init} ({len(curves)} seeds)",
+                    color=None if line is None else line.get_color(),
+                    marker="o" if length < 6 else None,
+                )
+                if len(curves) > 1:
+                    ax.fill_between(epochs, data.min(0), data.max(0), alpha=0.2, color=line.get_color())
+        top.set_title(f"{dataset}, {per_class + ' per class' if per_class else 'all images'}")
+        top.set_ylabel("test top-1 (%)")
+        bottom.set_ylabel("training loss")
+        bottom.set_xlabel("epoch")
+        for ax in (top, bottom):
+            ax.grid(alpha=0.3)
+        top.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
