@@ -36,6 +36,7 @@ def test_smoke_study_runs_every_grid_writes_the_docs_and_resumes(tmp_path, capsy
         ("levers-h12", "impulse[target_fidelity=0.9]"),
     }
     assert all(r["per_class"] == "8" and r["epochs"] == "1" and 0 <= float(r["top1"]) <= 100 for r in rows)
+    assert {r["dataset"] for r in rows} == {"images"}  # imagefolder:PATH is named by its folder
     assert {r["heads"] for r in rows if r["grid"] != "convmixer"} == {"12"}
     results = (docs / "results.md").read_text()
     assert results.count("<!-- tables:begin -->") == 1 and "### vit-h12 (cpu-quick)" in results

@@ -64,7 +64,7 @@ def collect(out: Path) -> list[dict[str, Any]]:
         curve = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines() if line.strip()]
         rows.append(
             {
-                "dataset": config["data"],
+                "dataset": dataset_name(config["data"]),
                 "model": config["model"],
                 "heads": _heads(path),
                 "per_class": config["per_class"] or "",
@@ -82,6 +82,12 @@ def collect(out: Path) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def dataset_name(spec: str) -> str:
+    """'cifar10:../shared/datasets/cifar10' -> 'cifar10'; 'imagefolder:/data/flowers' -> 'flowers'."""
+    name, _, path = spec.partition(":")
+    return Path(path).name if name == "imagefolder" and path else name
 
 
 def write_results(rows: list[dict[str, Any]], out: Path) -> None:

@@ -26,10 +26,10 @@ def plot_curves(rows: list[dict[str, Any]], path: Path) -> None:
             runs = [r for r in setting_rows if r["init"] == init]
             line = None
             for ax, key in ((top, "curve"), (bottom, "loss_curve")):
-                curves = [r[key] for r in runs]
-                length = min(len(c) for c in curves)  # (epoch, value) pairs
-                epochs = np.array([epoch for epoch, _ in curves[0][:length]])
-                data = np.array([[value for _, value in c[:length]] for c in curves])
+                curves = [dict(r[key]) for r in runs]  # epoch -> value
+                epochs = np.array(sorted(set.intersection(*(set(c) for c in curves))))  # epochs every run has
+                data = np.array([[c[epoch] for epoch in epochs] for c in curves])
+                length = len(epochs)
                 (line,) = ax.plot(
                     epochs,
                     data.mean(0),
