@@ -78,11 +78,12 @@ class Report:
             return "-" if value is None else f"{value:.3f}"
 
         options = ", ".join(f"{k}={v}" for k, v in self.options.items())
+        unit = "filter" if self.measured_on == "filters" else "head"  # ConvMixer reports filters
         lines = [
             f"{self.method} init of {self.model} (seed {self.seed}) in {self.seconds:.3f} s"
             + (f" [{options}]" if options else ""),
-            f"fidelity on {self.measured_on}: mean {fmt(self.mean_fidelity)}, worst head {fmt(self.min_fidelity)}",
-            "layer  seconds  heads: offset (dy,dx) fidelity",
+            f"fidelity on {self.measured_on}: mean {fmt(self.mean_fidelity)}, worst {unit} {fmt(self.min_fidelity)}",
+            f"layer  seconds  {unit}s: offset (dy,dx) fidelity",
         ]
         shown = 16  # a ConvMixer layer has hundreds of filters: show the first few
         for layer in self.layers:
