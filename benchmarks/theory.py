@@ -10,7 +10,7 @@
    images): the claim is that patch embeddings are low-rank, far below min(N, D).
 
 CIFAR-10 from ../shared/datasets/cifar10, 200 images per class, the full test set, the cpu-quick
-recipe for 20 epochs, seed 0 (more with --seeds). Resumable (finished runs are skipped):
+recipe for 15 epochs, seed 0 (more with --seeds). Resumable (finished runs are skipped):
 
     .venv/bin/python benchmarks/theory.py              # about 40 min on 2 cores
     .venv/bin/python benchmarks/theory.py --smoke      # a minute; writes under --out only
@@ -43,7 +43,7 @@ VIT_INITS = ["timm", "mimetic", "impulse"]
 def settings(smoke: bool) -> dict[str, Any]:
     if smoke:
         return dict(dims=[16], kernels=[3], heads=[2, 4], depth=2, vit_dim=16, per_class=8, epochs=1, batch_size=8)
-    return dict(dims=[128, 256], kernels=[3, 5], heads=[4, 8, 16], depth=8, vit_dim=128, per_class=200, epochs=20)
+    return dict(dims=[128, 256], kernels=[3, 5], heads=[4, 8, 16], depth=8, vit_dim=128, per_class=200, epochs=15)
 
 
 def base_config(data: str, s: dict[str, Any], model: str, model_kwargs: dict[str, Any]) -> TrainConfig:
