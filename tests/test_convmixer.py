@@ -108,6 +108,8 @@ def test_filter_init_errors():
         structinit.initialize(model, "impulse", target_fidelity=0.9)
     with pytest.raises(TypeError, match="freeze must be True or False"):
         structinit.initialize(model, "box", freeze="yes")
+    with pytest.raises(TypeError, match="a ConvMixer has no attention"):
+        structinit.fidelity(model)
     with pytest.raises(ValueError, match=r"'box' \(a ConvMixer filter init\)"):
         structinit.initialize(create_model("vit_d6_p4", num_classes=10, in_chans=3, data_size=32), "box")
 
@@ -129,8 +131,10 @@ def test_feature_ranks_cover_the_patch_embedding_and_every_block(name):
     ranks = feature_ranks(model, torch.randn(4, 3, 32, 32))
     assert [r.name for r in ranks] == ["patch embedding", "block 1", "block 2", "block 3"]
     assert all(r.bound == 64 and 1.0 <= r.stable_rank <= 64 for r in ranks)  # 8 x 8 tokens, 192 channels
-    with pytest.raises(ValueError, match="images must be a"):
+    with pytest.raises(ValueError, match="images must be a non-empty"):
         feature_ranks(model, torch.randn(3, 32, 32))
+    with pytest.raises(ValueError, match="images must be a non-empty"):
+        feature_ranks(model, torch.randn(0, 3, 32, 32))
 
 
 def test_rank_and_filters_on_the_command_line(tmp_path, capsys):

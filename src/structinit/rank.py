@@ -39,8 +39,10 @@ class LayerRank:
 def feature_ranks(model: nn.Module, images: torch.Tensor) -> list[LayerRank]:
     """Mean stable rank over `images` (B, C, H, W, normalised as the model expects) of the patch
     embeddings and of every block's output, for timm ViTs and ConvMixers."""
-    if not isinstance(images, torch.Tensor) or images.dim() != 4:
-        raise ValueError(f"images must be a (B, C, H, W) tensor, got {getattr(images, 'shape', type(images))}")
+    if not isinstance(images, torch.Tensor) or images.dim() != 4 or len(images) == 0:
+        raise ValueError(
+            f"images must be a non-empty (B, C, H, W) tensor, got {getattr(images, 'shape', type(images))}"
+        )
     was_training = model.training
     model.eval()
     try:

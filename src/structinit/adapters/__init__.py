@@ -5,13 +5,14 @@ from __future__ import annotations
 from torch import nn
 
 from .base import AttentionLayer, ModelAdapter
+from .convmixer import ConvMixerAdapter
 from .timm_vit import TimmViTAdapter
 
 ADAPTERS: list[type[ModelAdapter]] = [TimmViTAdapter]
 
 
 def supported_families() -> str:
-    return "; ".join(f"{a.family}, e.g. {a.example}" for a in ADAPTERS)
+    return "; ".join(f"{a.family}, e.g. {a.example}" for a in [*ADAPTERS, ConvMixerAdapter])
 
 
 def get_adapter(model: nn.Module) -> ModelAdapter:
@@ -21,6 +22,11 @@ def get_adapter(model: nn.Module) -> ModelAdapter:
     for adapter in ADAPTERS:
         if adapter.matches(model):
             return adapter(model)
+    if ConvMixerAdapter.matches(model):
+        raise TypeError(
+            "a ConvMixer has no attention: initialise its depthwise filters with 'random', 'impulse' or 'box', "
+            "and look at it with `structinit rank`"
+        )
     raise TypeError(f"structinit does not support {type(model).__name__} models; supported: {supported_families()}")
 
 
