@@ -165,11 +165,12 @@ def attention_figures(out: Path, figures: Path, per_class: int) -> None:
     """Attention maps at init and after training: seed 0, 12 heads, the first grid's subset size."""
     from structinit.attention import attention_figure
 
-    for init in ("impulse", "impulse-authors", "mimetic"):
+    for init in ("impulse", "impulse-authors"):
         run = out / "vit-h12" / f"per_class_{per_class}" / f"{init}-seed0"
         if (run / "summary.json").exists():
             for at_init, state in ((True, "init"), (False, "trained")):
-                attention_figure(str(run), at_init=at_init, out=figures / f"attention-{init}-{state}.png")
+                path = figures / f"attention-{init}-{state}.png"
+                attention_figure(str(run), at_init=at_init, out=path, dpi=50)  # small enough to commit
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,6 +22,7 @@ def attention_figure(
     model_kwargs: dict[str, Any] | None = None,
     seed: int = 0,
     out: str | Path = "attention.png",
+    dpi: int = 110,
 ) -> Path:
     """Average the attention maps over `images` test images and draw them per layer and head.
 
@@ -35,5 +36,6 @@ def attention_figure(
     maps = mean_attention(model, batch)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    plot_attention(maps, get_adapter(model).grid, out, f"{title}: mean attention over {len(batch)} test images")
+    title = f"{title}: mean attention over {len(batch)} test images"
+    plot_attention(maps, get_adapter(model).grid, out, title, dpi=dpi)
     return out

@@ -52,7 +52,12 @@ def plot_curves(rows: list[dict[str, Any]], path: Path) -> None:
 
 
 def plot_attention(
-    maps: list[torch.Tensor], grid: tuple[int, int], path: Path, title: str = "", zoom_rows: int = 2
+    maps: list[torch.Tensor],
+    grid: tuple[int, int],
+    path: Path,
+    title: str = "",
+    zoom_rows: int = 2,
+    dpi: int = 110,
 ) -> None:
     """Attention maps (one (heads, N, N) tensor of grid tokens per layer) as a layers x heads figure,
     each with an inset that zooms on the top-left corner (the first `zoom_rows` grid rows), where
@@ -80,7 +85,7 @@ def plot_attention(
     if title:
         fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=dpi)
     plt.close(fig)
 
 
