@@ -12,7 +12,7 @@
 CIFAR-10 from ../shared/datasets/cifar10, 200 images per class, the full test set, the cpu-quick
 recipe for 15 epochs, seed 0 (more with --seeds). Resumable (finished runs are skipped):
 
-    .venv/bin/python benchmarks/theory.py              # about 40 min on 2 cores
+    .venv/bin/python benchmarks/theory.py              # 26 min on 2 cores (one seed)
     .venv/bin/python benchmarks/theory.py --smoke      # a minute; writes under --out only
 
 Writes the tables into docs/theory.md (between its markers) and docs/figures/theory*.png.
