@@ -27,7 +27,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from structinit.experiments import CSV_COLUMNS, collect, compare, results_markdown, write_generated_section
+from structinit.experiments import (
+    CSV_COLUMNS,
+    collect,
+    compare,
+    results_markdown,
+    run_dir,
+    write_generated_section,
+)
 from structinit.train import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -104,9 +111,10 @@ SMOKE_LEVERS = [
 
 
 def run_grid(grid: Grid, data: str, out: Path, smoke: bool) -> None:
-    recipe = {"epochs": EPOCHS.get(grid.per_class, 1), "eval_every": 10, **grid.recipe}
     if smoke:
-        recipe.update(epochs=1, batch_size=8, eval_every=1)
+        recipe = {"epochs": 1, "batch_size": 8, "eval_every": 1, **grid.recipe}
+    else:
+        recipe = {"epochs": EPOCHS[grid.per_class], "eval_every": 10, **grid.recipe}
     base = TrainConfig.from_preset(
         "cpu-quick", data=data, model=grid.model, model_kwargs=grid.model_kwargs, quiet=True, **recipe
     )
@@ -166,7 +174,7 @@ def attention_figures(out: Path, figures: Path, per_class: int) -> None:
     from structinit.attention import attention_figure
 
     for init in ("impulse", "impulse-authors"):
-        run = out / "vit-h12" / f"per_class_{per_class}" / f"{init}-seed0"
+        run = run_dir(out / "vit-h12", per_class, init, 0)
         if (run / "summary.json").exists():
             for at_init, state in ((True, "init"), (False, "trained")):
                 path = figures / f"attention-{init}-{state}.png"

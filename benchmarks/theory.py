@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from structinit.experiments import compare, write_generated_section
+from structinit.experiments import compare, run_dir, write_generated_section
 from structinit.train import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -134,15 +134,14 @@ def ranks(out: Path, s: dict[str, Any], figures: Path) -> str:
     """Stable ranks of two trained models (seed 0) and their PNGs."""
     from structinit.rank import rank_figure
 
-    dim, kernel, heads = s["dims"][-1], s["kernels"][0], s["heads"][1]
-    runs = {
-        f"ConvMixer width {dim}, {kernel}x{kernel}, trained filters": out / f"convmixer-d{dim}-k{kernel}",
-        f"ViT width {s['vit_dim']}, {heads} heads, impulse init": out / f"vit-d{s['vit_dim']}-h{heads}",
-    }
-    labels = {"ConvMixer": "default-seed0", "ViT": "impulse-seed0"}
+    dim, kernel, heads, vit_dim = s["dims"][-1], s["kernels"][0], s["heads"][1], s["vit_dim"]
+    runs = [
+        (f"ConvMixer width {dim}, {kernel}x{kernel}, trained filters", f"convmixer-d{dim}-k{kernel}", "default"),
+        (f"ViT width {vit_dim}, {heads} heads, impulse init", f"vit-d{vit_dim}-h{heads}", "impulse"),
+    ]
     lines = ["| model | patch embedding | block 1 | last block | min(N, D) |", "|---|---|---|---|---|"]
-    for i, (title, path) in enumerate(runs.items()):
-        run = path / f"per_class_{s['per_class']}" / labels[title.split()[0]]
+    for i, (title, grid, init) in enumerate(runs):
+        run = run_dir(out / grid, s["per_class"], init, 0)
         if not (run / "last.pt").exists():
             continue
         result, _ = rank_figure(str(run), images=256, out=figures / f"theory-rank-{i}.png")

@@ -11,6 +11,7 @@ from typing import Any
 
 from .filter_inits import FILTER_METHODS
 from .methods import METHODS
+from .models import PRESETS
 from .options import VARIANTS, parse_assignments, parse_init, split_top_level
 
 # `train --filters`, for ConvMixer: the init label each choice stands for
@@ -88,7 +89,7 @@ def add_train_arguments(parser: argparse.ArgumentParser, grid: bool = False) -> 
         add("--per-class", type=int, help="train on a stratified subset of K images per class")
     add("--train-fraction", type=float, help="train on a stratified fraction of each class")
     add("--subset-seed", type=int, help="seed of the subset draw (default 0)")
-    add("--model", help="timm model name or preset (vit_digits, vit_tiny_p4, vit_tiny_p2, vit_small_p4, vit_d6_p4)")
+    add("--model", help=f"timm model name or preset ({', '.join(PRESETS)})")
     add("--model-kwargs", help="timm.create_model keywords, e.g. depth=6,num_heads=12,global_pool=avg")
     if not grid:
         add("--init", help=INIT_HELP)

@@ -15,6 +15,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from .data import parse_spec
 from .train import TrainConfig, train
 
 CSV_COLUMNS = ["dataset", "model", "heads", "per_class", "init", "seed", "epochs", "top1", "top5", "secs", "train_loss"]
@@ -86,8 +87,8 @@ def collect(out: Path) -> list[dict[str, Any]]:
 
 def dataset_name(spec: str) -> str:
     """'cifar10:../shared/datasets/cifar10' -> 'cifar10'; 'imagefolder:/data/flowers' -> 'flowers'."""
-    name, _, path = spec.partition(":")
-    return Path(path).name if name == "imagefolder" and path else name
+    name, path = parse_spec(spec)
+    return path.name if name == "imagefolder" else name
 
 
 def write_results(rows: list[dict[str, Any]], out: Path) -> None:
