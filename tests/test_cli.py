@@ -2,6 +2,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from structinit.cli import main, parse_assignments
 
 SMALL = ["--model-kwargs", "img_size=32,patch_size=4,num_heads=12,depth=2"]
@@ -21,6 +23,19 @@ def test_init_passes_method_options(capsys):
     assert main(["init", "vit_tiny_patch16_224", *SMALL, "--options", "target_fidelity=0.9,assignment=ordered"]) == 0
     text = capsys.readouterr().out
     assert "mean 0.900" in text and "(+0,+0) 0.9" in text
+
+
+def test_list_models_names_every_family_with_its_inits_and_the_presets_initialise(capsys):
+    assert main(["init", "--list-models"]) == 0
+    text = capsys.readouterr().out
+    for family in ("VisionTransformer", "SwinTransformer v1", "MlpMixer", "ConvMixer"):
+        assert family in text
+    assert "timm, kaiming, impulse; e.g. mixer_d6_p4" in text
+    for preset in ("swin_d6_p2_w4", "mixer_d6_p4"):
+        assert main(["init", preset, "--model-kwargs", "img_size=32,num_classes=10"]) == 0
+        assert "fidelity on" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="give a model name"):
+        main(["init"])
 
 
 def test_errors_are_one_line_and_exit_2(capsys):

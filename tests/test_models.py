@@ -92,7 +92,8 @@ def test_even_kernel():
 
 def test_unknown_method():
     with pytest.raises(
-        ValueError, match=r"unknown init method 'xavier'; choose one of impulse, kaiming, mimetic, timm"
+        ValueError,
+        match=r"unknown init method 'xavier' for timm VisionTransformer .*; choose one of timm, kaiming, mimetic, imp",
     ):
         structinit.initialize(small_vit(), "xavier")
 

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .filter_inits import FILTER_METHODS
 from .methods import METHODS
 from .models import PRESETS
 from .options import VARIANTS, parse_assignments, parse_init, split_top_level
@@ -31,8 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="structinit", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     init = commands.add_parser("init", help="build a timm model, initialise it and print the report")
-    init.add_argument("model", help="timm model name, e.g. vit_tiny_patch16_224")
-    init.add_argument("--method", default="impulse", choices=sorted({*METHODS, *FILTER_METHODS}))
+    init.add_argument("model", nargs="?", help="a preset or timm model name, e.g. vit_tiny_patch16_224")
+    init.add_argument("--list-models", action="store_true", help="print the supported families, their inits, presets")
+    init.add_argument("--method", default="impulse", help="an init method of the model's family (see --list-models)")
     init.add_argument("--kernel-size", type=int, help="f of the f x f kernel (default 3; ConvMixer: its own)")
     init.add_argument("--seed", type=int, default=0)
     init.add_argument("--model-kwargs", help="timm.create_model keywords, e.g. img_size=32,patch_size=4,num_heads=12")
@@ -165,8 +165,14 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def run_init(args: argparse.Namespace) -> int:
-    from .methods import initialize
+    from .methods import initialize, supported_models
     from .models import create_model
+
+    if args.list_models:
+        print(supported_models())
+        return 0
+    if args.model is None:
+        raise SystemExit("structinit init: give a model name (or --list-models for the supported families)")
 
     model_kwargs = parse_assignments(args.model_kwargs, "--model-kwargs")
     options = parse_assignments(args.options, "--options")

@@ -7,12 +7,16 @@ offset; a uniform map scores 1/T. `fidelity()` measures any model against the be
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
-from .adapters import ModelAdapter, get_adapter
 from .filters import Offset, check_kernel_size, kernel_offsets, target_indices
 from .report import HeadReport, LayerReport, Report
+
+if TYPE_CHECKING:  # the adapters measure themselves with this module's functions
+    from .adapters import ModelAdapter
 
 
 def offset_mass(attn: torch.Tensor, offsets: list[Offset], grid: tuple[int, int], num_prefix: int) -> torch.Tensor:
@@ -83,6 +87,8 @@ def fidelity(
     pass: the first layer sees patch embeddings plus position embedding, later layers what the model
     feeds them. Works for any supported model, whatever its init.
     """
+    from .adapters import get_adapter
+
     adapter = get_adapter(model)
     check_kernel_size(kernel_size, adapter.grid)
     maps = _averaged_attention(adapter, images, batch_size)
@@ -98,6 +104,8 @@ def fidelity(
 def mean_attention(model: nn.Module, images: torch.Tensor | None = None, batch_size: int = 32) -> list[torch.Tensor]:
     """Per layer, the (heads, N, N) attention among grid tokens, averaged over `images` (or on the
     pseudo input when None): what the attention figure shows."""
+    from .adapters import get_adapter
+
     adapter = get_adapter(model)
     prefix = adapter.num_prefix_tokens
     return [m[:, prefix:, prefix:] for m in _averaged_attention(adapter, images, batch_size)]

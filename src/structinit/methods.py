@@ -12,6 +12,7 @@ import math
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -19,11 +20,16 @@ from torch import nn
 
 from .adapters import AttentionLayer, ModelAdapter, get_adapter
 from .adapters.convmixer import ConvMixerAdapter, get_conv_adapter
-from .fidelity import best_offsets, offset_mass
+from .adapters.mixer import MixerAdapter
+from .adapters.swin import SwinAdapter
+from .fidelity import offset_mass
 from .filter_inits import FILTER_METHODS, init_filters
 from .filters import Offset, assign_offsets, check_kernel_size, target_indices
+from .mixer_init import init_mixer_impulse
 from .report import HeadReport, LayerReport, Report
 from .solvers import PseudoInput, authors_closed_form, balanced_factors, closed_form, gain_for_fidelity, refine
+from .swin_init import init_swin_impulse
+from .weights import check_choice, write_heads, write_value_proj, z_sampler
 
 
 def initialize(
@@ -48,22 +54,24 @@ def initialize(
     if conv is not None:
         return _initialize_filters(model, conv, method, kernel_size, seed, generator, options)
     kernel_size = 3 if kernel_size is None else kernel_size
-    if method not in METHODS:
+    family, adapter = _family(model)
+    if method not in family.methods:
         hint = " (a ConvMixer filter init)" if method in FILTER_METHODS else ""
-        raise ValueError(f"unknown init method {method!r}{hint}; choose one of {', '.join(sorted(METHODS))}")
-    init = METHODS[method]
+        raise ValueError(
+            f"unknown init method {method!r}{hint} for {adapter.family}; choose one of {', '.join(family.methods)}"
+        )
+    init = family.methods[method]
     parameters = inspect.signature(init).parameters
     defaults = {name: p.default for name, p in parameters.items() if p.default is not inspect.Parameter.empty}
     allowed = [name for name in parameters if name not in ("adapter", "generator", "kernel_size")]
     _check_options(method, options, allowed)
-    adapter = get_adapter(model)
     check_kernel_size(kernel_size, adapter.grid)
     start = time.perf_counter()
     with torch.no_grad():
         layers = init(adapter, generator, kernel_size=kernel_size, **options)
     seconds = time.perf_counter() - start
     resolved = {"kernel_size": kernel_size, **{k: v for k, v in defaults.items() if k != "kernel_size"}, **options}
-    return Report(method, type(model).__name__, layers, seconds, seed, resolved)
+    return Report(method, type(model).__name__, layers, seconds, seed, resolved, family.measured_on, family.unit)
 
 
 def _initialize_filters(
@@ -85,7 +93,9 @@ def _initialize_filters(
     with torch.no_grad():
         layers = init_filters(adapter, method, generator, **options)
     resolved = {"kernel_size": adapter.kernel_size, "freeze": False, **options}
-    return Report(method, type(model).__name__, layers, time.perf_counter() - start, seed, resolved, "filters")
+    return Report(
+        method, type(model).__name__, layers, time.perf_counter() - start, seed, resolved, "filters", "filter"
+    )
 
 
 def _check_options(method: str, options: dict[str, Any], allowed: list[str]) -> None:
@@ -104,7 +114,7 @@ def init_timm(adapter: ModelAdapter, generator: torch.Generator, *, kernel_size:
     """timm's ViT init: trunc-normal(0.02) Linear weights, zero biases, trunc-normal(0.02) pos_embed,
     class/register tokens N(0, 1e-6) (timm.models.vision_transformer.init_weights_vit_timm)."""
     adapter.reset_timm(generator)
-    return measured_layers(adapter, kernel_size)
+    return adapter.measured_layers(kernel_size)
 
 
 def init_kaiming(adapter: ModelAdapter, generator: torch.Generator, *, kernel_size: int) -> list[LayerReport]:
@@ -112,7 +122,7 @@ def init_kaiming(adapter: ModelAdapter, generator: torch.Generator, *, kernel_si
     biases: what timm's weight_init="skip" leaves (the paper's "Kaiming Uniform" row). Position
     embedding trunc-normal(0.02) and tokens N(0, 1e-6) as in timm, since "skip" leaves them unset."""
     adapter.reset_kaiming(generator)
-    return measured_layers(adapter, kernel_size)
+    return adapter.measured_layers(kernel_size)
 
 
 def init_mimetic(
@@ -133,16 +143,16 @@ def init_mimetic(
     (U sqrt(S), V sqrt(S)). Z has i.i.d. entries of variance 1/D, uniform (the authors' code) or
     normal (`distribution`). Only Q, K, V and proj weights change.
     """
-    sample = _z_sampler(distribution, generator)
+    sample = z_sampler(distribution, generator)
     for layer in adapter.layers():
         wq, wk = layer.qk_weights()
         dim, d, h = wq.shape[1], layer.head_dim, layer.num_heads
         eye = torch.eye(dim)
         target = qk_alpha * sample(h, dim) + qk_beta * eye
         q, k = balanced_factors(target, rank=d)  # (h, D, d)
-        _write_heads(wq, q), _write_heads(wk, k)
-        _write_value_proj(layer, vproj_alpha, vproj_beta, sample)
-    return measured_layers(adapter, kernel_size)
+        write_heads(wq, q), write_heads(wk, k)
+        write_value_proj(layer, vproj_alpha, vproj_beta, sample)
+    return adapter.measured_layers(kernel_size)
 
 
 # --- the method of the paper ----------------------------------------------------------------
@@ -197,9 +207,9 @@ def init_impulse(
     W_v W_proj = vproj_alpha Z - vproj_beta I (0.4, 0.4). Query/key biases are zeroed; MLPs, norms,
     embeddings other than the position embedding, and the head are left as they are.
     """
-    _check_choice("assignment", assignment, ("random", "ordered"))
-    _check_choice("solver", solver, ("closed_form", "refine", "authors"))
-    _check_choice("pseudo_input", pseudo_input, ("pos_embed", "uniform", "gaussian", "pos_embed+noise"))
+    check_choice("assignment", assignment, ("random", "ordered"))
+    check_choice("solver", solver, ("closed_form", "refine", "authors"))
+    check_choice("pseudo_input", pseudo_input, ("pos_embed", "uniform", "gaussian", "pos_embed+noise"))
     if not 0.0 < target_fidelity < 1.0:
         raise ValueError(f"target_fidelity must be in (0, 1), got {target_fidelity}")
     if not noise_std >= 0:
@@ -220,7 +230,7 @@ def init_impulse(
     content = _content_basis(adapter) if blind_to_content else None
     grid, prefix = adapter.grid, adapter.num_prefix_tokens
     layers = adapter.layers()
-    sample = _z_sampler("uniform", generator)
+    sample = z_sampler("uniform", generator)
     pseudos, qs, ks, all_offsets, seconds = [], [], [], [], []
     pseudo: PseudoInput | None = None
     for layer in layers:
@@ -241,7 +251,7 @@ def init_impulse(
         qs.append(q)
         ks.append(k)
         all_offsets.append(offsets)
-        _write_value_proj(layer, vproj_alpha, vproj_beta, sample)
+        write_value_proj(layer, vproj_alpha, vproj_beta, sample)
         seconds.append(time.perf_counter() - start)
     if solver == "refine":
         start = time.perf_counter()
@@ -261,7 +271,7 @@ def init_impulse(
     reports = []
     for i, (layer, pseudo, q, k, offsets) in enumerate(zip(layers, pseudos, qs, ks, all_offsets)):
         wq, wk = layer.qk_weights()
-        _write_heads(wq, q), _write_heads(wk, k)
+        write_heads(wq, q), write_heads(wk, k)
         for bias in layer.qk_biases():
             if bias is not None:
                 bias.zero_()
@@ -290,24 +300,55 @@ METHODS: dict[str, Callable[..., list[LayerReport]]] = {
 }
 
 
+@dataclass(frozen=True)
+class Family:
+    """A model family beside the plain ViTs: its adapter, its inits, and how its report measures."""
+
+    adapter: type
+    methods: dict[str, Callable[..., list[LayerReport]]]
+    measured_on: str
+    unit: str = "head"
+
+
+VIT_FAMILY = Family(ModelAdapter, METHODS, "pseudo input")
+FAMILIES = [
+    Family(
+        SwinAdapter,
+        {"timm": init_timm, "kaiming": init_kaiming, "mimetic": init_mimetic, "impulse": init_swin_impulse},
+        "window pseudo input",
+    ),
+    Family(
+        MixerAdapter,
+        {"timm": init_timm, "kaiming": init_kaiming, "impulse": init_mixer_impulse},
+        "unit impulses",
+        "token mixer",
+    ),
+]
+
+
+def _family(model: nn.Module) -> tuple[Family, Any]:
+    for family in FAMILIES:
+        if family.adapter.matches(model):
+            return family, family.adapter(model)
+    return VIT_FAMILY, get_adapter(model)
+
+
+def supported_models() -> str:
+    """The families structinit initialises, their init methods and an example each, and the presets."""
+    from .adapters import ADAPTERS
+    from .models import PRESETS
+
+    rows = [(adapter, list(METHODS)) for adapter in ADAPTERS]
+    rows += [(family.adapter, list(family.methods)) for family in FAMILIES]
+    rows.append((ConvMixerAdapter, list(FILTER_METHODS)))
+    lines = ["families (init methods; e.g.):"]
+    lines += [f"  {adapter.family}\n      {', '.join(methods)}; e.g. {adapter.example}" for adapter, methods in rows]
+    lines.append("presets for small images (give the size: structinit init NAME --model-kwargs img_size=32):")
+    lines += [f"  {name}" for name in PRESETS]
+    return "\n".join(lines)
+
+
 # --- helpers ---------------------------------------------------------------------------------
-
-
-def measured_layers(adapter: ModelAdapter, kernel_size: int) -> list[LayerReport]:
-    """Best-offset fidelity of every head on the pseudo input (None without a position embedding)."""
-    layers = adapter.layers()
-    if adapter.position_embedding() is None:
-        return [LayerReport(i, [HeadReport(None, None)] * layer.num_heads) for i, layer in enumerate(layers)]
-    tokens = adapter.pseudo_tokens().unsqueeze(0)
-    return [
-        LayerReport(
-            i,
-            best_offsets(
-                layer.attention(layer.norm(tokens)).float(), kernel_size, adapter.grid, adapter.num_prefix_tokens
-            ),
-        )
-        for i, layer in enumerate(layers)
-    ]
 
 
 def _set_qk_norm_gain(
@@ -327,25 +368,6 @@ def _set_qk_norm_gain(
     gain = float(gain_for_fidelity(logits, target + prefix, valid, prefix, fidelity, shared=True)[0])
     for norm in norms:
         norm.weight.fill_(math.sqrt(gain))
-
-
-def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
-
-
-def _z_sampler(distribution: str, generator: torch.Generator) -> Callable[[int, int], torch.Tensor]:
-    """Draws (n, D, D) float32 matrices with i.i.d. entries of mean 0 and variance 1/D."""
-    _check_choice("distribution", distribution, ("uniform", "normal"))
-
-    def sample(n: int, dim: int) -> torch.Tensor:
-        z = torch.empty(n, dim, dim)
-        if distribution == "normal":
-            return z.normal_(0.0, 1.0 / math.sqrt(dim), generator=generator)
-        bound = math.sqrt(3.0 / dim)
-        return z.uniform_(-bound, bound, generator=generator)
-
-    return sample
 
 
 def _content_basis(adapter: ModelAdapter) -> torch.Tensor | None:
@@ -374,21 +396,6 @@ def _pseudo_tokens(adapter: ModelAdapter, kind: str, noise_std: float, generator
     if kind == "gaussian":
         return noise.to(tokens)
     return tokens + noise.to(tokens) * noise_std * tokens.std()
-
-
-def _write_heads(weight: torch.Tensor, factors: torch.Tensor) -> None:
-    """Write per-head factors (heads, D, d) into a (heads * d, D) weight view: rows of head h = factors[h]^T."""
-    weight.copy_(factors.transpose(-1, -2).reshape(weight.shape).to(weight.dtype))
-
-
-def _write_value_proj(layer: AttentionLayer, alpha: float, beta: float, sample: Callable) -> None:
-    """W_v^T W_proj^T = alpha Z - beta I (x -> x W_v^T W_proj^T is the value path), balanced by SVD."""
-    wv, wproj = layer.value_weights()
-    dim = wv.shape[1]
-    target = alpha * sample(1, dim)[0] - beta * torch.eye(dim)
-    left, right = balanced_factors(target, rank=wv.shape[0])  # left right^T ~= target
-    wv.copy_(left.T.to(wv.dtype))
-    wproj.copy_(right.to(wproj.dtype))
 
 
 __all__ = ["METHODS", "Offset", "initialize"]

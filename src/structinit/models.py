@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -9,6 +10,7 @@ import timm
 import torch
 from timm.layers import build_sincos2d_pos_embed
 from timm.models.convmixer import ConvMixer
+from timm.models.mlp_mixer import MlpMixer
 from torch import nn
 
 # name -> (timm architecture name or model class, keyword arguments); image size and channels come
@@ -26,6 +28,12 @@ PRESETS: dict[str, tuple[str | Callable[..., nn.Module], dict[str, Any]]] = {
     ),
     # the CNN yardstick of the study: the ViT's width, depth, patch and kernel (3 x 3) as a ConvMixer
     "convmixer_d6_p4": (ConvMixer, dict(dim=192, depth=6, patch_size=4, kernel_size=3)),
+    # the study ViT's budget in other families (families.md): 6 blocks, 8 x 8 tokens of 192 at the end
+    "swin_d6_p2_w4": (
+        "swin_tiny_patch4_window7_224",
+        dict(patch_size=2, window_size=4, embed_dim=96, depths=(2, 4), num_heads=(3, 6)),
+    ),
+    "mixer_d6_p4": (MlpMixer, dict(patch_size=4, num_blocks=6, embed_dim=192)),  # 96 token-mixing units, 64 tokens
 }
 
 
@@ -39,10 +47,10 @@ def create_model(
     options = {**preset_kwargs, **kwargs, "num_classes": num_classes, "in_chans": in_chans}
     if drop_path:
         options["drop_path_rate"] = drop_path
-    if callable(arch):
-        return arch(**options)
     if data_size is not None and "img_size" not in options and _takes_img_size(arch):
         options["img_size"] = data_size
+    if callable(arch):
+        return arch(**options)
     sincos = options.get("pos_embed") == "sincos"
     if sincos:
         options["pos_embed"] = "learn"
@@ -67,5 +75,7 @@ def _fix_sincos_position_table(model: nn.Module) -> None:
     model.pos_embed.requires_grad_(False)
 
 
-def _takes_img_size(arch: str) -> bool:
+def _takes_img_size(arch: str | Callable[..., nn.Module]) -> bool:
+    if callable(arch):
+        return "img_size" in inspect.signature(arch).parameters
     return arch.split("_")[0] in {"vit", "deit", "eva", "swin", "mixer", "beit"}

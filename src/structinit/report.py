@@ -32,6 +32,7 @@ class Report:
     seed: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
     measured_on: str = "pseudo input"
+    unit: str = "head"  # what carries an offset: an attention head, a ConvMixer filter, a Mixer token mixer
 
     def _fidelities(self) -> list[float]:
         return [h.fidelity for layer in self.layers for h in layer.heads if h.fidelity is not None]
@@ -58,6 +59,7 @@ class Report:
             "seed": self.seed,
             "options": dict(self.options),
             "measured_on": self.measured_on,
+            "unit": self.unit,
             "mean_fidelity": self.mean_fidelity,
             "min_fidelity": self.min_fidelity,
             "seconds": self.seconds,
@@ -78,7 +80,7 @@ class Report:
             return "-" if value is None else f"{value:.3f}"
 
         options = ", ".join(f"{k}={v}" for k, v in self.options.items())
-        unit = "filter" if self.measured_on == "filters" else "head"  # ConvMixer reports filters
+        unit = self.unit
         lines = [
             f"{self.method} init of {self.model} (seed {self.seed}) in {self.seconds:.3f} s"
             + (f" [{options}]" if options else ""),

@@ -6,13 +6,19 @@ from torch import nn
 
 from .base import AttentionLayer, ModelAdapter
 from .convmixer import ConvMixerAdapter
+from .mixer import MixerAdapter
+from .swin import SwinAdapter
 from .timm_vit import TimmViTAdapter
 
 ADAPTERS: list[type[ModelAdapter]] = [TimmViTAdapter]
 
 
+# families with their own inits (methods.FAMILIES, filter_inits), not the global-attention interface
+OTHER_FAMILIES = [SwinAdapter, MixerAdapter, ConvMixerAdapter]
+
+
 def supported_families() -> str:
-    return "; ".join(f"{a.family}, e.g. {a.example}" for a in [*ADAPTERS, ConvMixerAdapter])
+    return "; ".join(f"{a.family}, e.g. {a.example}" for a in [*ADAPTERS, *OTHER_FAMILIES])
 
 
 def get_adapter(model: nn.Module) -> ModelAdapter:
@@ -27,7 +33,13 @@ def get_adapter(model: nn.Module) -> ModelAdapter:
             "a ConvMixer has no attention: initialise its depthwise filters with 'random', 'impulse' or 'box', "
             "and look at it with `structinit rank`"
         )
+    for other in (SwinAdapter, MixerAdapter):
+        if other.matches(model):
+            raise TypeError(
+                f"{other.family}: `initialize` and `structinit init` support it (the report measures its attention "
+                "or token mixing); attention pictures, `fidelity` on images and `rank` need a ViT-family model"
+            )
     raise TypeError(f"structinit does not support {type(model).__name__} models; supported: {supported_families()}")
 
 
-__all__ = ["ADAPTERS", "AttentionLayer", "ModelAdapter", "get_adapter", "supported_families"]
+__all__ = ["ADAPTERS", "OTHER_FAMILIES", "AttentionLayer", "ModelAdapter", "get_adapter", "supported_families"]

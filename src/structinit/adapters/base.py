@@ -13,6 +13,9 @@ from typing import ClassVar
 import torch
 from torch import nn
 
+from ..fidelity import best_offsets
+from ..report import HeadReport, LayerReport
+
 
 class AttentionLayer(abc.ABC):
     """One multi-head self-attention layer and the norm in front of it."""
@@ -104,3 +107,19 @@ class ModelAdapter(abc.ABC):
     @abc.abstractmethod
     def reset_kaiming(self, generator: torch.Generator) -> None:
         """Re-initialise every parameter with PyTorch's defaults, drawing from `generator`."""
+
+    def measured_layers(self, kernel_size: int) -> list[LayerReport]:
+        """Best-offset fidelity of every head on the pseudo input (None without a position embedding)."""
+        layers = self.layers()
+        if self.position_embedding() is None:
+            return [LayerReport(i, [HeadReport(None, None)] * layer.num_heads) for i, layer in enumerate(layers)]
+        tokens = self.pseudo_tokens().unsqueeze(0)
+        return [
+            LayerReport(
+                i,
+                best_offsets(
+                    layer.attention(layer.norm(tokens)).float(), kernel_size, self.grid, self.num_prefix_tokens
+                ),
+            )
+            for i, layer in enumerate(layers)
+        ]

@@ -115,14 +115,9 @@ class TimmViTAdapter(ModelAdapter):
             return self.model.blocks[index](x)
 
     def reset_timm(self, generator: torch.Generator) -> None:
-        # timm's init_weights draws from the global RNG: run it on a forked RNG seeded from ours.
-        seed = int(torch.randint(2**62, (1,), generator=generator))
-        devices = [p.device for p in self.model.parameters() if p.device.type == "cuda"][:1]
         pos = self.model.pos_embed
         fixed = pos.detach().clone() if pos is not None and not pos.requires_grad else None
-        with torch.random.fork_rng(devices=devices):
-            torch.manual_seed(seed)
-            self.model.init_weights("")
+        reset_with_timm(self.model, generator)
         if fixed is not None:  # a frozen table (e.g. sin-cos) is part of the architecture, not the init
             pos.copy_(fixed)
 
@@ -141,6 +136,16 @@ class TimmViTAdapter(ModelAdapter):
         for token in (model.cls_token, model.reg_token, getattr(model, "dist_token", None)):
             if token is not None:
                 nn.init.normal_(token, std=1e-6, generator=generator)
+
+
+def reset_with_timm(model: nn.Module, generator: torch.Generator) -> None:
+    """Run the model's own timm `init_weights()`, which draws from the global RNG, on a forked RNG
+    seeded from `generator`: the same seed gives the same weights, and the caller's RNG is untouched."""
+    seed = int(torch.randint(2**62, (1,), generator=generator))
+    devices = [p.device for p in model.parameters() if p.device.type == "cuda"][:1]
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        model.init_weights()
 
 
 def _torch_default_(module: nn.Module, generator: torch.Generator) -> None:
