@@ -78,3 +78,17 @@ def test_smoke_theory_fills_the_tables_and_ranks(tmp_path):
     assert (out / "docs" / "figures" / "theory.png").exists() and (
         out / "docs" / "figures" / "theory-rank-1.png"
     ).exists()
+
+
+def test_smoke_families_runs_swin_and_mixer_and_writes_their_tables(tmp_path):
+    spec = importlib.util.spec_from_file_location("families", SCRIPT.parent / "families.py")
+    families = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(families)
+    data = make_imagefolder(tmp_path / "images", 32, per_class=8, classes=[f"c{i}" for i in range(3)])
+    assert families.main(["--smoke", "--data", f"imagefolder:{data}", "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "docs" / "families.md").read_text()
+    for name, model in (("swin", "swin_d6_p2_w4"), ("mixer", "mixer_d6_p4")):
+        section = text[text.index(f"### {name} ({model})") :]
+        assert f"| {model} |" in section and "| impulse | 1 |" in section and "| timm | 1 |" in section
+    assert "| impulse | window pseudo input (per head) | 0.980 | 0.980 |" in text
+    assert "| impulse | unit impulses (per token mixer) | 1.000 | 1.000 |" in text

@@ -1,0 +1,92 @@
+"""Beyond the plain ViT: timm vs impulse init for Swin and MLP-Mixer on a CIFAR-10 subset.
+
+Both models have the study ViT's budget (6 blocks, 8 x 8 tokens of width 192 at the end, 32 px)
+and train with the study's recipe (cpu-quick, 200 images per class, 20 epochs, full test set), two
+seeds, through `structinit compare`; finished runs are skipped, so a rerun only fills the gaps:
+
+    .venv/bin/python benchmarks/families.py            # ~1 h on 2 cores
+    .venv/bin/python benchmarks/families.py --smoke    # tiny models, 1 epoch: checks the pipeline
+
+Writes the tables between the markers of docs/families.md (the text around them is kept) and the
+curves to docs/figures/curves-<family>.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from structinit.experiments import collect, compare, results_markdown, run_dir, write_generated_section
+from structinit.train import TrainConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+INITS = ["timm", "impulse"]
+SEEDS = [0, 1]
+PER_CLASS, EPOCHS = 200, 20
+# name -> (model preset, model kwargs); smoke: the same families, one block or stage, 1 epoch
+FAMILIES = {"swin": ("swin_d6_p2_w4", {}), "mixer": ("mixer_d6_p4", {})}
+SMOKE = {"swin": ("swin_d6_p2_w4", {"depths": (2,), "num_heads": (3,)}), "mixer": ("mixer_d6_p4", {"num_blocks": 2})}
+
+
+def run_family(name: str, model: str, kwargs: dict[str, Any], data: str, out: Path, smoke: bool) -> None:
+    recipe = dict(epochs=1, batch_size=8, eval_every=1) if smoke else dict(epochs=EPOCHS, eval_every=10)
+    base = TrainConfig.from_preset("cpu-quick", data=data, model=model, model_kwargs=kwargs, quiet=True, **recipe)
+    compare(base, INITS, SEEDS[:1] if smoke else SEEDS, [8 if smoke else PER_CLASS], out / name)
+
+
+def fidelity_table(grid: Path, rows: list[dict[str, Any]]) -> str:
+    """Mean and worst fidelity of each init at step 0, as its first run's init report measured it."""
+    lines = ["| init | measured on | mean fidelity | worst |", "|---|---|---|---|"]
+    for init in dict.fromkeys(r["init"] for r in rows):
+        row = next(r for r in rows if r["init"] == init)
+        report = json.loads((run_dir(grid, row["per_class"], init, row["seed"]) / "init_report.json").read_text())
+        unit = report.get("unit", "head")
+        lines.append(
+            f"| {init} | {report['measured_on']} (per {unit}) | {report['mean_fidelity']:.3f} | "
+            f"{report['min_fidelity']:.3f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_docs(out: Path, docs: Path, families: dict[str, tuple[str, dict[str, Any]]]) -> None:
+    from structinit.plots import plot_curves
+
+    (docs / "figures").mkdir(parents=True, exist_ok=True)
+    sections = []
+    for name, (model, _) in families.items():
+        rows = collect(out / name) if (out / name).exists() else []
+        if not rows:
+            continue
+        plot_curves(rows, docs / "figures" / f"curves-{name}.png")
+        sections.append(
+            f"### {name} ({model})\n\n{results_markdown(rows)}\nAt init:\n\n{fidelity_table(out / name, rows)}\n"
+            f"![curves of {name}](figures/curves-{name}.png)\n"
+        )
+    write_generated_section(
+        docs / "families.md", "\n".join(sections) or "No finished runs yet.\n", "benchmarks/families.py"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default="cifar10:../shared/datasets/cifar10", help="structinit --data spec")
+    parser.add_argument("--out", default="runs/families", help="run directories (resumable)")
+    parser.add_argument("--docs", default=None, help="where families.md goes (default docs/; with --smoke, OUT/docs)")
+    parser.add_argument("--smoke", action="store_true", help="tiny models and subsets, 1 epoch: checks the pipeline")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    docs = Path(args.docs) if args.docs else (out / "docs" if args.smoke else ROOT / "docs")
+    families = SMOKE if args.smoke else FAMILIES
+    for name, (model, kwargs) in families.items():
+        print(f"[{name}] {model}: {', '.join(INITS)}", flush=True)
+        run_family(name, model, kwargs, args.data, out, args.smoke)
+    write_docs(out, docs, families)
+    print(f"done: {docs / 'families.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
