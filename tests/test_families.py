@@ -4,6 +4,7 @@ token-mixing MLP; fidelity, determinism, what stays untouched, training, and the
 import pytest
 import timm
 import torch
+import torchvision
 from timm.models.mlp_mixer import Affine, MlpMixer, ResBlock
 
 import structinit
@@ -192,3 +193,62 @@ def test_one_epoch_trains_and_updates_the_structured_weights(tmp_path, model, kw
     structured = [v for k, v in state.items() if k.endswith(("relative_position_bias_table", "mlp_tokens.fc2.weight"))]
     for weight in structured:  # the init writes two values (0 and the peak, or 0 and 1); training moves them
         assert len(torch.unique(weight)) > 2
+
+
+# --- other ViT families: EVA, torchvision --------------------------------------------------------
+
+
+def small_eva(**kwargs):
+    config = dict(img_size=32, patch_size=4, depth=2, num_heads=12, embed_dim=192, num_classes=10)
+    return timm.create_model("eva02_tiny_patch14_224", **{**config, "use_rot_pos_emb": False, **kwargs})
+
+
+def small_torchvision_vit():
+    return torchvision.models.VisionTransformer(
+        image_size=32, patch_size=4, num_layers=2, num_heads=12, hidden_dim=192, mlp_dim=768, num_classes=10
+    )
+
+
+# the weights the impulse init writes (Q, K, V, proj, position embedding); the q/k biases it zeroes
+# are zero in these models already
+VIT_FAMILIES = {
+    "eva, fused qkv": (small_eva, ("attn.qkv.weight", "attn.proj.weight", "pos_embed")),
+    "eva, separate q/k/v": (
+        lambda: small_eva(qkv_fused=False),
+        ("q_proj.weight", "k_proj.weight", "v_proj.weight", "attn.proj.weight", "pos_embed"),
+    ),
+    "torchvision": (small_torchvision_vit, ("in_proj_weight", "out_proj.weight", "pos_embedding")),
+}
+
+
+@pytest.mark.parametrize("name", VIT_FAMILIES)
+def test_vit_families_reach_the_target_deterministically_and_train(name, images):
+    build, written = VIT_FAMILIES[name]
+    first, second = build(), build()
+    second.load_state_dict(first.state_dict())
+    before = snapshot(first)
+    report = structinit.initialize(first, "impulse", seed=0)
+    structinit.initialize(second, "impulse", seed=0)
+    assert report.min_fidelity > 0.97, str(report)
+    assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), second.state_dict().values()))
+    assert changed(before, first) == {n for n in before if n.endswith(written)}
+    loss = torch.nn.functional.cross_entropy(first(images), torch.tensor([0, 1, 2, 3]))
+    loss.backward()
+    assert torch.isfinite(loss) and all(p.grad is not None for p in first.parameters() if p.requires_grad)
+
+
+def test_torchvision_attention_maps_are_those_of_its_multihead_attention(images):
+    model = small_torchvision_vit()
+    structinit.initialize(model, "impulse", seed=0)
+    from structinit.adapters import get_adapter
+
+    adapter = get_adapter(model)
+    layer = adapter.layers()[0]
+    x = layer.norm(adapter.embed(images))
+    _, expected = model.encoder.layers[0].self_attention(x, x, x, need_weights=True, average_attn_weights=False)
+    assert torch.allclose(layer.attention(x), expected, atol=1e-5)
+
+
+def test_eva_with_rotary_position_embedding_is_refused():
+    with pytest.raises(TypeError, match="rotary position embeddings"):
+        structinit.initialize(small_eva(use_rot_pos_emb=True), "impulse", seed=0)

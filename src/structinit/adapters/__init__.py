@@ -8,9 +8,11 @@ from .base import AttentionLayer, ModelAdapter
 from .convmixer import ConvMixerAdapter
 from .mixer import MixerAdapter
 from .swin import SwinAdapter
+from .timm_eva import TimmEvaAdapter
 from .timm_vit import TimmViTAdapter
+from .torchvision_vit import TorchvisionViTAdapter
 
-ADAPTERS: list[type[ModelAdapter]] = [TimmViTAdapter]
+ADAPTERS: list[type[ModelAdapter]] = [TimmViTAdapter, TimmEvaAdapter, TorchvisionViTAdapter]
 
 
 # families with their own inits (methods.FAMILIES, filter_inits), not the global-attention interface

@@ -81,6 +81,10 @@ class TimmViTAdapter(ModelAdapter):
     def position_embedding(self) -> nn.Parameter | None:
         return self.model.pos_embed
 
+    def _add_position(self, patches: torch.Tensor) -> torch.Tensor:
+        """Prefix tokens and position embedding around patch embeddings, as the model's forward adds them."""
+        return self.model._pos_embed(patches)
+
     def pseudo_tokens(self) -> torch.Tensor:
         model = self.model
         gh, gw = self.grid
@@ -89,7 +93,7 @@ class TimmViTAdapter(ModelAdapter):
         if not model.dynamic_img_size:
             zeros = zeros.flatten(1, 2)
         with _eval(model):
-            return model.norm_pre(model._pos_embed(zeros))[0]
+            return model.norm_pre(self._add_position(zeros))[0]
 
     def content_directions(self) -> torch.Tensor | None:
         patch = self.model.patch_embed
@@ -104,7 +108,7 @@ class TimmViTAdapter(ModelAdapter):
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         model = self.model
         with _eval(model):
-            return model.norm_pre(model.patch_drop(model._pos_embed(model.patch_embed(images))))
+            return model.norm_pre(self._add_position(model.patch_embed(images)))
 
     def patch_tokens(self, images: torch.Tensor) -> torch.Tensor:
         with _eval(self.model):

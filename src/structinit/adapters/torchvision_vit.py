@@ -1,0 +1,137 @@
+"""torchvision's VisionTransformer (vit_b_16, vit_l_32, ... and any model built from that class):
+a class token, a learned position embedding added to every token, pre-norm encoder blocks whose
+attention is torch's nn.MultiheadAttention (packed in_proj weight: rows q, k, v)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torchvision.models.vision_transformer import VisionTransformer
+
+from .base import AttentionLayer, ModelAdapter
+from .timm_vit import _eval, _torch_default_
+
+
+class MultiheadAttentionLayer(AttentionLayer):
+    def __init__(self, block: nn.Module) -> None:
+        attn = block.self_attention
+        self.attn, self.norm = attn, block.ln_1
+        self.num_heads, self.head_dim = attn.num_heads, attn.head_dim
+        self.scale = self.head_dim**-0.5
+
+    def _split(self, tensor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        width = self.num_heads * self.head_dim
+        return tensor[:width], tensor[width : 2 * width], tensor[2 * width :]
+
+    def qk_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        q, k, _ = self._split(self.attn.in_proj_weight)
+        return q, k
+
+    def qk_biases(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        if self.attn.in_proj_bias is None:
+            return None, None
+        q, k, _ = self._split(self.attn.in_proj_bias)
+        return q, k
+
+    def qk_norms(self) -> None:
+        return None
+
+    def value_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._split(self.attn.in_proj_weight)[2], self.attn.out_proj.weight
+
+    def attention(self, x: torch.Tensor) -> torch.Tensor:
+        batch, tokens, _ = x.shape
+        (wq, wk), (bq, bk) = self.qk_weights(), self.qk_biases()
+        q = nn.functional.linear(x, wq, bq).reshape(batch, tokens, self.num_heads, self.head_dim).transpose(1, 2)
+        k = nn.functional.linear(x, wk, bk).reshape(batch, tokens, self.num_heads, self.head_dim).transpose(1, 2)
+        return torch.softmax((q * self.scale) @ k.transpose(-1, -2), dim=-1)
+
+
+class TorchvisionViTAdapter(ModelAdapter):
+    family = "torchvision VisionTransformer (vit_b_16, ...)"
+    example = "torchvision.models.vit_b_16(image_size=32, ...) or any VisionTransformer(...)"
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__(model)
+        if not isinstance(model.conv_proj, nn.Conv2d):
+            raise TypeError("structinit supports torchvision ViTs with a patchify convolution, not a conv stem")
+
+    @classmethod
+    def matches(cls, model: nn.Module) -> bool:
+        return isinstance(model, VisionTransformer)
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        side = self.model.image_size // self.model.patch_size
+        return side, side
+
+    @property
+    def num_prefix_tokens(self) -> int:
+        return 1
+
+    def layers(self) -> list[AttentionLayer]:
+        return [MultiheadAttentionLayer(block) for block in self.model.encoder.layers]
+
+    def position_embedding(self) -> nn.Parameter:
+        return self.model.encoder.pos_embedding
+
+    def pseudo_tokens(self) -> torch.Tensor:
+        model = self.model
+        zeros = torch.zeros_like(model.encoder.pos_embedding[0, 1:])
+        return torch.cat([model.class_token[0], zeros]) + model.encoder.pos_embedding[0]
+
+    def content_directions(self) -> torch.Tensor:
+        proj = self.model.conv_proj
+        columns = proj.weight.detach().flatten(1)
+        if proj.bias is not None:
+            columns = torch.cat([columns, proj.bias.detach()[:, None]], dim=1)
+        return columns
+
+    def embed(self, images: torch.Tensor) -> torch.Tensor:
+        model = self.model
+        patches = model._process_input(images)
+        tokens = torch.cat([model.class_token.expand(len(images), -1, -1), patches], dim=1)
+        return tokens + model.encoder.pos_embedding
+
+    def patch_tokens(self, images: torch.Tensor) -> torch.Tensor:
+        return self.model._process_input(images)
+
+    def run_block(self, index: int, x: torch.Tensor) -> torch.Tensor:
+        with _eval(self.model):
+            return self.model.encoder.layers[index](x)
+
+    def reset_timm(self, generator: torch.Generator) -> None:
+        """timm's ViT scheme on torchvision's modules: trunc-normal(0.02) Linear and in_proj weights,
+        zero biases, trunc-normal(0.02) position embedding, class token N(0, 1e-6); the patchify
+        convolution keeps its own init (timm's init_weights leaves convolutions alone too)."""
+        model = self.model
+        for module in model.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.trunc_normal_(module.weight, std=0.02, generator=generator)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.MultiheadAttention):
+                nn.init.trunc_normal_(module.in_proj_weight, std=0.02, generator=generator)
+                nn.init.zeros_(module.in_proj_bias)
+            elif isinstance(module, nn.LayerNorm):
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
+        nn.init.trunc_normal_(model.encoder.pos_embedding, std=0.02, generator=generator)
+        nn.init.normal_(model.class_token, std=1e-6, generator=generator)
+
+    def reset_kaiming(self, generator: torch.Generator) -> None:
+        """PyTorch's defaults: kaiming_uniform(a=sqrt(5)) Linear/Conv, xavier_uniform in_proj with zero
+        biases (nn.MultiheadAttention's own reset); position embedding and class token as in timm."""
+        model = self.model
+        for module in model.modules():
+            if isinstance(module, (nn.Linear, nn.Conv2d)):
+                _torch_default_(module, generator)
+            elif isinstance(module, nn.MultiheadAttention):
+                nn.init.xavier_uniform_(module.in_proj_weight, generator=generator)
+                nn.init.zeros_(module.in_proj_bias)
+                nn.init.zeros_(module.out_proj.bias)
+            elif isinstance(module, nn.LayerNorm):
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
+        nn.init.trunc_normal_(model.encoder.pos_embedding, std=0.02, generator=generator)
+        nn.init.normal_(model.class_token, std=1e-6, generator=generator)
