@@ -252,3 +252,25 @@ def test_torchvision_attention_maps_are_those_of_its_multihead_attention(images)
 def test_eva_with_rotary_position_embedding_is_refused():
     with pytest.raises(TypeError, match="rotary position embeddings"):
         structinit.initialize(small_eva(use_rot_pos_emb=True), "impulse", seed=0)
+
+
+def test_hugging_face_vit_when_installed(images):
+    transformers = pytest.importorskip("transformers")
+    config = transformers.ViTConfig(
+        image_size=32, patch_size=4, hidden_size=192, num_hidden_layers=2, num_attention_heads=12, num_labels=10
+    )
+    config._attn_implementation = "eager"  # so that the model can return its attention maps
+    model = transformers.ViTForImageClassification(config)
+    before = snapshot(model)
+    report = structinit.initialize(model, "impulse", seed=0)
+    assert report.min_fidelity > 0.97, str(report)
+    written = ("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight", "position_embeddings")
+    assert changed(before, model) == {n for n in before if n.endswith(written)} | {
+        n for n in before if n.endswith(("q_proj.bias", "k_proj.bias")) and before[n].any()
+    }
+    from structinit.adapters import get_adapter
+
+    adapter = get_adapter(model)
+    expected = model(pixel_values=images, output_attentions=True).attentions[0]
+    layer = adapter.layers()[0]
+    assert torch.allclose(layer.attention(layer.norm(adapter.embed(images))), expected, atol=1e-5)

@@ -6,13 +6,14 @@ from torch import nn
 
 from .base import AttentionLayer, ModelAdapter
 from .convmixer import ConvMixerAdapter
+from .hf_vit import HFViTAdapter
 from .mixer import MixerAdapter
 from .swin import SwinAdapter
 from .timm_eva import TimmEvaAdapter
 from .timm_vit import TimmViTAdapter
 from .torchvision_vit import TorchvisionViTAdapter
 
-ADAPTERS: list[type[ModelAdapter]] = [TimmViTAdapter, TimmEvaAdapter, TorchvisionViTAdapter]
+ADAPTERS: list[type[ModelAdapter]] = [TimmViTAdapter, TimmEvaAdapter, TorchvisionViTAdapter, HFViTAdapter]
 
 
 # families with their own inits (methods.FAMILIES, filter_inits), not the global-attention interface

@@ -152,6 +152,49 @@ def reset_with_timm(model: nn.Module, generator: torch.Generator) -> None:
         model.init_weights()
 
 
+def timm_scheme_(
+    model: nn.Module, generator: torch.Generator, position: nn.Parameter, tokens: list[nn.Parameter]
+) -> None:
+    """timm's ViT scheme on another library's ViT: trunc-normal(0.02) Linear and packed in_proj
+    weights, zero biases, LayerNorm 1/0, trunc-normal(0.02) position embedding, prefix tokens
+    N(0, 1e-6); the patchify convolution keeps its own init (timm leaves convolutions alone too)."""
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            nn.init.trunc_normal_(module.weight, std=0.02, generator=generator)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.MultiheadAttention):
+            nn.init.trunc_normal_(module.in_proj_weight, std=0.02, generator=generator)
+            nn.init.zeros_(module.in_proj_bias)
+        elif isinstance(module, nn.LayerNorm) and module.elementwise_affine:
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+    nn.init.trunc_normal_(position, std=0.02, generator=generator)
+    for token in tokens:
+        nn.init.normal_(token, std=1e-6, generator=generator)
+
+
+def torch_defaults_(
+    model: nn.Module, generator: torch.Generator, position: nn.Parameter, tokens: list[nn.Parameter]
+) -> None:
+    """PyTorch's defaults on another library's ViT: kaiming_uniform(a=sqrt(5)) Linear/Conv, xavier_uniform
+    packed in_proj with zero biases (nn.MultiheadAttention's own reset); position embedding and prefix
+    tokens as in timm (they have no PyTorch default)."""
+    for module in model.modules():
+        if isinstance(module, (nn.Linear, nn.Conv2d)):
+            _torch_default_(module, generator)
+        elif isinstance(module, nn.MultiheadAttention):
+            nn.init.xavier_uniform_(module.in_proj_weight, generator=generator)
+            nn.init.zeros_(module.in_proj_bias)
+            nn.init.zeros_(module.out_proj.bias)
+        elif isinstance(module, nn.LayerNorm) and module.elementwise_affine:
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+    nn.init.trunc_normal_(position, std=0.02, generator=generator)
+    for token in tokens:
+        nn.init.normal_(token, std=1e-6, generator=generator)
+
+
 def _torch_default_(module: nn.Module, generator: torch.Generator) -> None:
     """`reset_parameters()` of Linear/Conv (kaiming_uniform with a=sqrt(5)), with an explicit generator."""
     nn.init.kaiming_uniform_(module.weight, a=math.sqrt(5), generator=generator)

@@ -9,7 +9,7 @@ from torch import nn
 from torchvision.models.vision_transformer import VisionTransformer
 
 from .base import AttentionLayer, ModelAdapter
-from .timm_vit import _eval, _torch_default_
+from .timm_vit import _eval, timm_scheme_, torch_defaults_
 
 
 class MultiheadAttentionLayer(AttentionLayer):
@@ -101,37 +101,7 @@ class TorchvisionViTAdapter(ModelAdapter):
             return self.model.encoder.layers[index](x)
 
     def reset_timm(self, generator: torch.Generator) -> None:
-        """timm's ViT scheme on torchvision's modules: trunc-normal(0.02) Linear and in_proj weights,
-        zero biases, trunc-normal(0.02) position embedding, class token N(0, 1e-6); the patchify
-        convolution keeps its own init (timm's init_weights leaves convolutions alone too)."""
-        model = self.model
-        for module in model.modules():
-            if isinstance(module, nn.Linear):
-                nn.init.trunc_normal_(module.weight, std=0.02, generator=generator)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.MultiheadAttention):
-                nn.init.trunc_normal_(module.in_proj_weight, std=0.02, generator=generator)
-                nn.init.zeros_(module.in_proj_bias)
-            elif isinstance(module, nn.LayerNorm):
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
-        nn.init.trunc_normal_(model.encoder.pos_embedding, std=0.02, generator=generator)
-        nn.init.normal_(model.class_token, std=1e-6, generator=generator)
+        timm_scheme_(self.model, generator, self.model.encoder.pos_embedding, [self.model.class_token])
 
     def reset_kaiming(self, generator: torch.Generator) -> None:
-        """PyTorch's defaults: kaiming_uniform(a=sqrt(5)) Linear/Conv, xavier_uniform in_proj with zero
-        biases (nn.MultiheadAttention's own reset); position embedding and class token as in timm."""
-        model = self.model
-        for module in model.modules():
-            if isinstance(module, (nn.Linear, nn.Conv2d)):
-                _torch_default_(module, generator)
-            elif isinstance(module, nn.MultiheadAttention):
-                nn.init.xavier_uniform_(module.in_proj_weight, generator=generator)
-                nn.init.zeros_(module.in_proj_bias)
-                nn.init.zeros_(module.out_proj.bias)
-            elif isinstance(module, nn.LayerNorm):
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
-        nn.init.trunc_normal_(model.encoder.pos_embedding, std=0.02, generator=generator)
-        nn.init.normal_(model.class_token, std=1e-6, generator=generator)
+        torch_defaults_(self.model, generator, self.model.encoder.pos_embedding, [self.model.class_token])
