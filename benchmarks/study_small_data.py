@@ -199,7 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     docs = Path(args.docs) if args.docs else (out / "docs" if args.smoke else ROOT / "docs")
     protocol, levers = (SMOKE_PROTOCOL, SMOKE_LEVERS) if args.smoke else (PROTOCOL, LEVERS)
-    full = [protocol[0], levers[0], *protocol[1:], *levers[1:]]
+    # the acceptance cells (12 heads at 200, with the levers on them; 3 heads; 500 per class) and the CNN
+    # row first, then the cheap recipe levers, then the rest of the protocol, the 60-epoch lever last
+    full = [protocol[0], levers[0], *protocol[1:4], *levers[1:4], *protocol[4:], *levers[4:]]
     todo = {"protocol": protocol, "levers": levers, "all": full, "docs": []}[args.part]
     start = time.perf_counter()
     for i, grid in enumerate(todo, 1):
