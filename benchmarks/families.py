@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from structinit.experiments import collect, compare, results_markdown, run_dir, write_generated_section
+from structinit.models import create_model
 from structinit.train import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,14 +40,14 @@ def run_family(name: str, model: str, kwargs: dict[str, Any], data: str, out: Pa
 
 def fidelity_table(grid: Path, rows: list[dict[str, Any]]) -> str:
     """Mean and worst fidelity of each init at step 0, as its first run's init report measured it."""
-    lines = ["| init | measured on | mean fidelity | worst |", "|---|---|---|---|"]
+    lines = ["| init | measured on | mean fidelity | worst | init seconds |", "|---|---|---|---|---|"]
     for init in dict.fromkeys(r["init"] for r in rows):
         row = next(r for r in rows if r["init"] == init)
         report = json.loads((run_dir(grid, row["per_class"], init, row["seed"]) / "init_report.json").read_text())
         unit = report.get("unit", "head")
         lines.append(
             f"| {init} | {report['measured_on']} (per {unit}) | {report['mean_fidelity']:.3f} | "
-            f"{report['min_fidelity']:.3f} |"
+            f"{report['min_fidelity']:.3f} | {report['seconds']:.3f} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -56,13 +57,16 @@ def write_docs(out: Path, docs: Path, families: dict[str, tuple[str, dict[str, A
 
     (docs / "figures").mkdir(parents=True, exist_ok=True)
     sections = []
-    for name, (model, _) in families.items():
+    for name, (model, kwargs) in families.items():
         rows = collect(out / name) if (out / name).exists() else []
         if not rows:
             continue
         plot_curves(rows, docs / "figures" / f"curves-{name}.png")
+        built = create_model(model, num_classes=10, in_chans=3, data_size=32, **kwargs)
+        millions = sum(p.numel() for p in built.parameters()) / 1e6
         sections.append(
-            f"### {name} ({model})\n\n{results_markdown(rows)}\nAt init:\n\n{fidelity_table(out / name, rows)}\n"
+            f"### {name} ({model}, {millions:.2f} M parameters at 32 px, 10 classes)\n\n{results_markdown(rows)}\n"
+            f"At init:\n\n{fidelity_table(out / name, rows)}\n"
             f"![curves of {name}](figures/curves-{name}.png)\n"
         )
     write_generated_section(
