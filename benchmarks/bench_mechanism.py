@@ -8,13 +8,20 @@ For the study's ViT (width 192, depth 6, 32 px / patch 4) with 12 heads (dimensi
 - attention entropy on the images, as a fraction of log(T): 1 is uniform, 0 is one-hot. A head near
   0 is a frozen router: the softmax Jacobian vanishes and its Q/K get almost no gradient;
 - the gradient that reaches Q/K, relative to their size (|grad| / |W|, summed over layers), for the
-  training loss on those images, next to the same ratio for the MLPs.
+  training loss on those images, next to the same ratio for the MLPs;
+- the stable rank of the last block's grid tokens (rank collapse: a token mixing that makes every
+  token alike leaves the classifier little to separate).
 
-    .venv/bin/python benchmarks/bench_mechanism.py    # about a minute on 2 cores
+`--part width128`: the same for theory.py's ViT (width 128, depth 8, 4 / 8 / 16 heads), where the
+impulse init trained worse with more heads.
+
+    .venv/bin/python benchmarks/bench_mechanism.py                   # the study ViT; minutes on 2 cores
+    .venv/bin/python benchmarks/bench_mechanism.py --part width128
 """
 
 from __future__ import annotations
 
+import argparse
 import platform
 import sys
 
@@ -25,6 +32,7 @@ import structinit
 from structinit.adapters import get_adapter
 from structinit.data import load_data
 from structinit.fidelity import layer_inputs
+from structinit.rank import feature_ranks
 from structinit.train import TrainConfig, build_model, normalised_test_images
 
 DATA = "cifar10:../shared/datasets/cifar10"
@@ -38,6 +46,14 @@ INITS = [
     "impulse",
     "impulse[target_fidelity=0.995]",
 ]
+# part -> (model kwargs per row, inits)
+PARTS = {
+    "study": ([{"num_heads": 12}, {"num_heads": 3}], INITS),
+    "width128": (
+        [{"embed_dim": 128, "depth": 8, "num_heads": h} for h in (4, 8, 16)],
+        ["timm", "mimetic", "impulse", "impulse[blind_to_content=False]", "impulse[target_fidelity=0.9]"],
+    ),
+}
 
 
 def entropy_fraction(model: nn.Module, images: torch.Tensor) -> float:
@@ -65,26 +81,32 @@ def gradient_ratios(model: nn.Module, images: torch.Tensor, labels: torch.Tensor
     return qk, mlp
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--part", choices=list(PARTS), default="study")
+    rows, inits = PARTS[parser.parse_args(argv).part]
     data = load_data(DATA, per_class=200)
     print(f"# Init mechanism (torch {torch.__version__}, {platform.machine()}, 256 CIFAR-10 test images, seed 0)\n")
     print(
-        "| heads | init | fidelity, pseudo input | fidelity, images (all layers) | attention entropy / log T "
-        "| Q/K grad / weight | MLP grad / weight |"
+        "| model | init | fidelity, pseudo input | fidelity, images (all layers) | attention entropy / log T "
+        "| Q/K grad / weight | MLP grad / weight | last block stable rank |"
     )
-    print("|---|---|---|---|---|---|---|")
-    for heads in (12, 3):
-        for label in INITS:
-            config = TrainConfig(data=DATA, model="vit_d6_p4", model_kwargs={"num_heads": heads}, init=label, seed=0)
+    print("|---|---|---|---|---|---|---|---|")
+    for kwargs in rows:
+        name = ", ".join(f"{k.replace('num_', '')} {v}" for k, v in kwargs.items())
+        for label in inits:
+            config = TrainConfig(data=DATA, model="vit_d6_p4", model_kwargs=kwargs, init=label, seed=0)
             model, report = build_model(config, data)
             images = normalised_test_images(model, data, 256)
             labels = data.test_labels[:256]
             real = structinit.fidelity(model, images)
             entropy = entropy_fraction(model, images)
+            with torch.no_grad():
+                last = feature_ranks(model, images)[-1].stable_rank
             qk, mlp = gradient_ratios(model, images, labels)
             print(
-                f"| {heads} | {label} | {report.mean_fidelity:.3f} | {real.mean_fidelity:.3f} | {entropy:.3f} "
-                f"| {qk:.4f} | {mlp:.4f} |",
+                f"| {name} | {label} | {report.mean_fidelity:.3f} | {real.mean_fidelity:.3f} | {entropy:.3f} "
+                f"| {qk:.4f} | {mlp:.4f} | {last:.2f} |",
                 flush=True,
             )
     return 0

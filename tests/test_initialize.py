@@ -222,3 +222,20 @@ def test_the_authors_solver_loses_fidelity_on_small_heads():
     small_heads = structinit.initialize(small_vit(num_heads=12, depth=6), "impulse", seed=0, **authors)
     assert 0.4 < small_heads.mean_fidelity < 0.65 and small_heads.min_fidelity < 0.5
     assert structinit.initialize(small_vit(num_heads=12, depth=6), "impulse", seed=0).min_fidelity >= 0.979
+
+
+def test_propagate_solves_each_layer_on_what_the_blocks_feed_it(make_vit, images):
+    """With the patch embedding zeroed, a forward pass feeds the blocks exactly the pseudo tokens:
+    with propagate=True every layer then reaches the target on that real forward pass; with the
+    paper's per-layer pseudo input the deeper layers miss it."""
+    fidelities = {}
+    for propagate in (False, True):
+        model = make_vit(depth=3)
+        structinit.initialize(model, "impulse", seed=0, propagate=propagate)
+        with torch.no_grad():
+            model.patch_embed.proj.weight.zero_()
+            model.patch_embed.proj.bias.zero_()
+        layers = structinit.fidelity(model, images).layers
+        fidelities[propagate] = [sum(h.fidelity for h in layer.heads) / len(layer.heads) for layer in layers]
+    assert all(f > 0.97 for f in fidelities[True]), fidelities
+    assert fidelities[False][0] > 0.97 and min(fidelities[False][1:]) < 0.9, fidelities

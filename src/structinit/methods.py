@@ -175,6 +175,7 @@ def init_impulse(
     refine_steps: int = 100,
     refine_lr: float = 0.01,
     qk_scale: float = 7.0,
+    propagate: bool = False,
 ) -> list[LayerReport]:
     """Impulse init (Zheng et al., NeurIPS 2025): each head's attention map is an impulse filter.
 
@@ -198,6 +199,11 @@ def init_impulse(
     pos_scale x 0.02 (timm's init std): x18 on a fresh timm model, and the same result if the init
     is applied twice; `pos_scale=None` leaves it as it is. A frozen (fixed, e.g. sin-cos) table is
     always left as it is.
+    `propagate`: layer i + 1 is solved on the output of block i (already initialised) for the pseudo
+    tokens, what it receives from a blank image, instead of on its norm of the pseudo tokens themselves
+    (the paper's choice: every layer sees the same position embedding). With the paper's choice, deeper
+    layers see shifted and mixed position codes on real images and their sharp maps land off target
+    (benchmarks/bench_mechanism.py). With solver="refine", the propagation uses the closed-form weights.
     `blind_to_content`: where the patch embedding can only reach a subspace of less than half the
     width (small patches: 3 x 4 x 4 = 48 of 192 dimensions at 32 px / patch 4), Q and K are solved
     outside it, so that patch content reaches the logits only through the norm's scale (first-layer
@@ -233,7 +239,7 @@ def init_impulse(
     sample = z_sampler("uniform", generator)
     pseudos, qs, ks, all_offsets, seconds = [], [], [], [], []
     pseudo: PseudoInput | None = None
-    for layer in layers:
+    for i, layer in enumerate(layers):
         start = time.perf_counter()
         d = layer.head_dim
         offsets = assign_offsets(layer.num_heads, kernel_size, assignment, generator)
@@ -252,6 +258,15 @@ def init_impulse(
         ks.append(k)
         all_offsets.append(offsets)
         write_value_proj(layer, vproj_alpha, vproj_beta, sample)
+        if propagate and i + 1 < len(layers):  # the next layer's pseudo input: this block's output
+            wq, wk = layer.qk_weights()
+            write_heads(wq, q), write_heads(wk, k)
+            for bias in layer.qk_biases():
+                if bias is not None:
+                    bias.zero_()
+            if layer.qk_norms() is not None and solver != "authors":
+                _set_qk_norm_gain(layer, x.to(wq.device, wq.dtype).unsqueeze(0), offsets, grid, prefix, target_fidelity)
+            tokens = adapter.run_block(i, tokens.unsqueeze(0))[0]
         seconds.append(time.perf_counter() - start)
     if solver == "refine":
         start = time.perf_counter()
