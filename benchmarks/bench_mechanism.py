@@ -13,10 +13,12 @@ For the study's ViT (width 192, depth 6, 32 px / patch 4) with 12 heads (dimensi
   token alike leaves the classifier little to separate).
 
 `--part width128`: the same for theory.py's ViT (width 128, depth 8, 4 / 8 / 16 heads), where the
-impulse init trained worse with more heads.
+impulse init trained worse with more heads. `--part layers`: per layer, the mass each head's map puts
+on its assigned offset on the images, for the impulse init with and without `propagate`.
 
     .venv/bin/python benchmarks/bench_mechanism.py                   # the study ViT; minutes on 2 cores
     .venv/bin/python benchmarks/bench_mechanism.py --part width128
+    .venv/bin/python benchmarks/bench_mechanism.py --part layers
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from torch import nn
 import structinit
 from structinit.adapters import get_adapter
 from structinit.data import load_data
-from structinit.fidelity import layer_inputs
+from structinit.fidelity import layer_inputs, offset_mass
 from structinit.rank import feature_ranks
 from structinit.train import TrainConfig, build_model, normalised_test_images
 
@@ -54,6 +56,34 @@ PARTS = {
         ["timm", "mimetic", "impulse", "impulse[blind_to_content=False]", "impulse[target_fidelity=0.9]"],
     ),
 }
+LAYER_ROWS = [{"num_heads": 12}, {"num_heads": 3}, {"embed_dim": 128, "depth": 8, "num_heads": 16}]
+LAYER_INITS = ["impulse", "impulse[propagate=True]", "impulse[propagate=True,blind_to_content=False]"]
+
+
+def assigned_fidelity(model: nn.Module, report: structinit.Report, images: torch.Tensor) -> list[float]:
+    """Per layer, the mean mass the heads put on the offsets the init assigned them, on `images`."""
+    adapter = get_adapter(model)
+    with torch.no_grad():
+        return [
+            float(offset_mass(layer.attention(x).float(), offsets, adapter.grid, adapter.num_prefix_tokens).mean())
+            for layer, x, offsets in zip(
+                adapter.layers(),
+                layer_inputs(adapter, images),
+                [[h.offset for h in layer.heads] for layer in report.layers],
+            )
+        ]
+
+
+def layers_part(data) -> None:
+    print("| model | init | fidelity on the images, per layer (assigned offsets) |")
+    print("|---|---|---|")
+    for kwargs in LAYER_ROWS:
+        name = ", ".join(f"{k.replace('num_', '')} {v}" for k, v in kwargs.items())
+        for label in LAYER_INITS:
+            config = TrainConfig(data=DATA, model="vit_d6_p4", model_kwargs=kwargs, init=label, seed=0)
+            model, report = build_model(config, data)
+            values = assigned_fidelity(model, report, normalised_test_images(model, data, 256))
+            print(f"| {name} | {label} | {' '.join(f'{v:.2f}' for v in values)} |", flush=True)
 
 
 def entropy_fraction(model: nn.Module, images: torch.Tensor) -> float:
@@ -83,10 +113,14 @@ def gradient_ratios(model: nn.Module, images: torch.Tensor, labels: torch.Tensor
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--part", choices=list(PARTS), default="study")
-    rows, inits = PARTS[parser.parse_args(argv).part]
+    parser.add_argument("--part", choices=[*PARTS, "layers"], default="study")
+    part = parser.parse_args(argv).part
     data = load_data(DATA, per_class=200)
     print(f"# Init mechanism (torch {torch.__version__}, {platform.machine()}, 256 CIFAR-10 test images, seed 0)\n")
+    if part == "layers":
+        layers_part(data)
+        return 0
+    rows, inits = PARTS[part]
     print(
         "| model | init | fidelity, pseudo input | fidelity, images (all layers) | attention entropy / log T "
         "| Q/K grad / weight | MLP grad / weight | last block stable rank |"
