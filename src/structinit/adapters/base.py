@@ -41,9 +41,54 @@ class AttentionLayer(abc.ABC):
     def value_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Views of the value weight (heads * head_dim, D) and output projection weight (D, heads * head_dim)."""
 
-    @abc.abstractmethod
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Attention logits (B, heads, T, T) of the layer for normalised input x (B, T, D)."""
+        batch, tokens, _ = x.shape
+        (wq, wk), (bq, bk) = self.qk_weights(), self.qk_biases()
+        q = nn.functional.linear(x, wq, bq).reshape(batch, tokens, self.num_heads, self.head_dim).transpose(1, 2)
+        k = nn.functional.linear(x, wk, bk).reshape(batch, tokens, self.num_heads, self.head_dim).transpose(1, 2)
+        norms = self.qk_norms()
+        if norms is not None:
+            q, k = norms[0](q), norms[1](k)
+        return (q * self.scale) @ k.transpose(-1, -2)
+
     def attention(self, x: torch.Tensor) -> torch.Tensor:
         """Softmax attention maps (B, heads, T, T) of the layer for normalised input x (B, T, D)."""
+        return torch.softmax(self.logits(x), dim=-1)
+
+
+class PackedQKVLayer(AttentionLayer):
+    """Attention whose q, k and v weights are the row blocks of one packed weight (timm's qkv Linear,
+    nn.MultiheadAttention's in_proj), followed by an output projection."""
+
+    @abc.abstractmethod
+    def packed(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The packed weight (3 * heads * head_dim, D) and bias (or None)."""
+
+    @abc.abstractmethod
+    def out_weight(self) -> torch.Tensor:
+        """The output projection's weight (D, heads * head_dim)."""
+
+    def _split(self, tensor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        width = self.num_heads * self.head_dim
+        return tensor[:width], tensor[width : 2 * width], tensor[2 * width :]
+
+    def qk_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        q, k, _ = self._split(self.packed()[0])
+        return q, k
+
+    def qk_biases(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        bias = self.packed()[1]
+        if bias is None:
+            return None, None
+        q, k, _ = self._split(bias)
+        return q, k
+
+    def qk_norms(self) -> tuple[nn.Module, nn.Module] | None:
+        return None
+
+    def value_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._split(self.packed()[0])[2], self.out_weight()
 
 
 class ModelAdapter(abc.ABC):

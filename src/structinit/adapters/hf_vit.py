@@ -31,12 +31,6 @@ class HFAttentionLayer(AttentionLayer):
     def value_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self.attn.v_proj.weight, self.attn.o_proj.weight
 
-    def attention(self, x: torch.Tensor) -> torch.Tensor:
-        batch, tokens, _ = x.shape
-        q = self.attn.q_proj(x).reshape(batch, tokens, self.num_heads, self.head_dim).transpose(1, 2)
-        k = self.attn.k_proj(x).reshape(batch, tokens, self.num_heads, self.head_dim).transpose(1, 2)
-        return torch.softmax((q * self.scale) @ k.transpose(-1, -2), dim=-1)
-
 
 class HFViTAdapter(ModelAdapter):
     family = "Hugging Face transformers ViT (ViTModel, ViTForImageClassification; transformers >= 5)"

@@ -11,7 +11,7 @@ from torch import nn
 from ..fidelity import best_offsets, offset_mass
 from ..filters import Offset
 from ..report import HeadReport, LayerReport
-from .timm_vit import _eval, _torch_default_, reset_with_timm
+from .timm_vit import _eval, reset_with_timm, torch_defaults_
 
 
 class MixerAdapter:
@@ -67,9 +67,4 @@ class MixerAdapter:
         reset_with_timm(self.model, generator)
 
     def reset_kaiming(self, generator: torch.Generator) -> None:
-        for module in self.model.modules():
-            if isinstance(module, (nn.Linear, nn.Conv2d)):
-                _torch_default_(module, generator)
-            elif isinstance(module, nn.LayerNorm) and module.elementwise_affine:
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
+        torch_defaults_(self.model, generator, None, [])

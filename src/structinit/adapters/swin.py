@@ -15,11 +15,11 @@ from torch import nn
 from ..fidelity import best_offsets, offset_mass
 from ..filters import Offset
 from ..report import HeadReport, LayerReport
-from .base import AttentionLayer
-from .timm_vit import _torch_default_, reset_with_timm
+from .base import PackedQKVLayer
+from .timm_vit import reset_with_timm, torch_defaults_
 
 
-class SwinWindowLayer(AttentionLayer):
+class SwinWindowLayer(PackedQKVLayer):
     """One (shifted) window-attention layer: fused qkv, output projection, relative-position bias."""
 
     def __init__(self, block: nn.Module) -> None:
@@ -30,37 +30,21 @@ class SwinWindowLayer(AttentionLayer):
         self.window: tuple[int, int] = tuple(block.window_size)
         self.shifted = any(block.shift_size)
 
-    def _split(self, tensor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        width = self.num_heads * self.head_dim
-        return tensor[:width], tensor[width : 2 * width], tensor[2 * width :]
+    def packed(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return self.attn.qkv.weight, self.attn.qkv.bias
 
-    def qk_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
-        q, k, _ = self._split(self.attn.qkv.weight)
-        return q, k
-
-    def qk_biases(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        if self.attn.qkv.bias is None:
-            return None, None
-        q, k, _ = self._split(self.attn.qkv.bias)
-        return q, k
-
-    def qk_norms(self) -> None:
-        return None
-
-    def value_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._split(self.attn.qkv.weight)[2], self.attn.proj.weight
+    def out_weight(self) -> torch.Tensor:
+        return self.attn.proj.weight
 
     @property
     def bias_table(self) -> nn.Parameter:
         """((2 Wh - 1) (2 Ww - 1), heads): the bias added to the logit of key p + delta for query p."""
         return self.attn.relative_position_bias_table
 
-    def attention(self, x: torch.Tensor) -> torch.Tensor:
-        """Maps (B, heads, T, T) of windows x (B, T, D), T = Wh * Ww, without the shifted windows' mask."""
-        batch, tokens, _ = x.shape
-        qkv = self.attn.qkv(x).reshape(batch, tokens, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        logits = (qkv[0] * self.scale) @ qkv[1].transpose(-1, -2) + self.attn._get_rel_pos_bias()
-        return torch.softmax(logits, dim=-1)
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits of windows x (B, T, D), T = Wh * Ww, with the relative-position bias and without the
+        shifted windows' mask."""
+        return super().logits(x) + self.attn._get_rel_pos_bias()
 
 
 class SwinAdapter:
@@ -102,12 +86,7 @@ class SwinAdapter:
         reset_with_timm(self.model, generator)
 
     def reset_kaiming(self, generator: torch.Generator) -> None:
-        for module in self.model.modules():
-            if isinstance(module, (nn.Linear, nn.Conv2d)):
-                _torch_default_(module, generator)
-            elif isinstance(module, nn.LayerNorm) and module.elementwise_affine:
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
+        torch_defaults_(self.model, generator, None, [])
         for layer in self.layers():  # a bare Parameter has no PyTorch default: timm's trunc-normal(0.02)
             nn.init.trunc_normal_(layer.bias_table, std=0.02, generator=generator)
 

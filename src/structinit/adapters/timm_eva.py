@@ -52,15 +52,6 @@ class EvaAttentionLayer(AttentionLayer):
             return self._split(self.attn.qkv.weight)[2], self.attn.proj.weight
         return self.attn.v_proj.weight, self.attn.proj.weight
 
-    def attention(self, x: torch.Tensor) -> torch.Tensor:
-        batch, tokens, _ = x.shape
-        wq, wk = self.qk_weights()
-        bq, bk = self.qk_biases()
-        q = nn.functional.linear(x, wq, bq).reshape(batch, tokens, self.num_heads, self.head_dim).transpose(1, 2)
-        k = nn.functional.linear(x, wk, bk).reshape(batch, tokens, self.num_heads, self.head_dim).transpose(1, 2)
-        q, k = self.attn.q_norm(q), self.attn.k_norm(k)
-        return torch.softmax((q * self.scale) @ k.transpose(-1, -2), dim=-1)
-
 
 class TimmEvaAdapter(TimmViTAdapter):
     family = "timm Eva (eva_*, eva02_* without RoPE)"

@@ -9,10 +9,10 @@ from timm.layers import Attention
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from .base import AttentionLayer, ModelAdapter
+from .base import AttentionLayer, ModelAdapter, PackedQKVLayer
 
 
-class TimmAttentionLayer(AttentionLayer):
+class TimmAttentionLayer(PackedQKVLayer):
     """timm's `Attention`: fused qkv Linear, optional q/k norms, output projection."""
 
     def __init__(self, block: nn.Module) -> None:
@@ -20,33 +20,16 @@ class TimmAttentionLayer(AttentionLayer):
         self.attn, self.norm = attn, block.norm1
         self.num_heads, self.head_dim, self.scale = attn.num_heads, attn.head_dim, attn.scale
 
-    def _split(self, tensor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        width = self.num_heads * self.head_dim
-        return tensor[:width], tensor[width : 2 * width], tensor[2 * width :]
+    def packed(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return self.attn.qkv.weight, self.attn.qkv.bias
 
-    def qk_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
-        q, k, _ = self._split(self.attn.qkv.weight)
-        return q, k
-
-    def qk_biases(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        if self.attn.qkv.bias is None:
-            return None, None
-        q, k, _ = self._split(self.attn.qkv.bias)
-        return q, k
+    def out_weight(self) -> torch.Tensor:
+        return self.attn.proj.weight
 
     def qk_norms(self) -> tuple[nn.Module, nn.Module] | None:
         if isinstance(self.attn.q_norm, nn.Identity) and isinstance(self.attn.k_norm, nn.Identity):
             return None
         return self.attn.q_norm, self.attn.k_norm
-
-    def value_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._split(self.attn.qkv.weight)[2], self.attn.proj.weight
-
-    def attention(self, x: torch.Tensor) -> torch.Tensor:
-        batch, tokens, _ = x.shape
-        qkv = self.attn.qkv(x).reshape(batch, tokens, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        q, k = self.attn.q_norm(qkv[0]), self.attn.k_norm(qkv[1])
-        return torch.softmax((q * self.scale) @ k.transpose(-1, -2), dim=-1)
 
 
 class TimmViTAdapter(ModelAdapter):
@@ -126,20 +109,11 @@ class TimmViTAdapter(ModelAdapter):
             pos.copy_(fixed)
 
     def reset_kaiming(self, generator: torch.Generator) -> None:
+        # weight_init="skip" leaves the position embedding and tokens uninitialised: timm's values
         model = self.model
-        for module in model.modules():
-            if isinstance(module, (nn.Linear, nn.Conv2d)):
-                _torch_default_(module, generator)
-            elif isinstance(module, nn.LayerNorm) and module.elementwise_affine:
-                nn.init.ones_(module.weight)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-        # weight_init="skip" leaves these uninitialised (torch.empty); give them timm's values.
-        if model.pos_embed is not None and model.pos_embed.requires_grad:
-            nn.init.trunc_normal_(model.pos_embed, std=0.02, generator=generator)
-        for token in (model.cls_token, model.reg_token, getattr(model, "dist_token", None)):
-            if token is not None:
-                nn.init.normal_(token, std=1e-6, generator=generator)
+        pos = model.pos_embed if model.pos_embed is not None and model.pos_embed.requires_grad else None
+        tokens = [t for t in (model.cls_token, model.reg_token, getattr(model, "dist_token", None)) if t is not None]
+        torch_defaults_(model, generator, pos, tokens)
 
 
 def reset_with_timm(model: nn.Module, generator: torch.Generator) -> None:
@@ -175,11 +149,11 @@ def timm_scheme_(
 
 
 def torch_defaults_(
-    model: nn.Module, generator: torch.Generator, position: nn.Parameter, tokens: list[nn.Parameter]
+    model: nn.Module, generator: torch.Generator, position: nn.Parameter | None, tokens: list[nn.Parameter]
 ) -> None:
-    """PyTorch's defaults on another library's ViT: kaiming_uniform(a=sqrt(5)) Linear/Conv, xavier_uniform
-    packed in_proj with zero biases (nn.MultiheadAttention's own reset); position embedding and prefix
-    tokens as in timm (they have no PyTorch default)."""
+    """PyTorch's defaults: kaiming_uniform(a=sqrt(5)) Linear/Conv, xavier_uniform packed in_proj with
+    zero biases (nn.MultiheadAttention's own reset), LayerNorm 1/0; the position embedding (if given)
+    and prefix tokens as in timm, as they have no PyTorch default."""
     for module in model.modules():
         if isinstance(module, (nn.Linear, nn.Conv2d)):
             _torch_default_(module, generator)
@@ -189,8 +163,10 @@ def torch_defaults_(
             nn.init.zeros_(module.out_proj.bias)
         elif isinstance(module, nn.LayerNorm) and module.elementwise_affine:
             nn.init.ones_(module.weight)
-            nn.init.zeros_(module.bias)
-    nn.init.trunc_normal_(position, std=0.02, generator=generator)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+    if position is not None:
+        nn.init.trunc_normal_(position, std=0.02, generator=generator)
     for token in tokens:
         nn.init.normal_(token, std=1e-6, generator=generator)
 

@@ -8,43 +8,22 @@ import torch
 from torch import nn
 from torchvision.models.vision_transformer import VisionTransformer
 
-from .base import AttentionLayer, ModelAdapter
+from .base import AttentionLayer, ModelAdapter, PackedQKVLayer
 from .timm_vit import _eval, timm_scheme_, torch_defaults_
 
 
-class MultiheadAttentionLayer(AttentionLayer):
+class MultiheadAttentionLayer(PackedQKVLayer):
     def __init__(self, block: nn.Module) -> None:
         attn = block.self_attention
         self.attn, self.norm = attn, block.ln_1
         self.num_heads, self.head_dim = attn.num_heads, attn.head_dim
         self.scale = self.head_dim**-0.5
 
-    def _split(self, tensor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        width = self.num_heads * self.head_dim
-        return tensor[:width], tensor[width : 2 * width], tensor[2 * width :]
+    def packed(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return self.attn.in_proj_weight, self.attn.in_proj_bias
 
-    def qk_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
-        q, k, _ = self._split(self.attn.in_proj_weight)
-        return q, k
-
-    def qk_biases(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        if self.attn.in_proj_bias is None:
-            return None, None
-        q, k, _ = self._split(self.attn.in_proj_bias)
-        return q, k
-
-    def qk_norms(self) -> None:
-        return None
-
-    def value_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._split(self.attn.in_proj_weight)[2], self.attn.out_proj.weight
-
-    def attention(self, x: torch.Tensor) -> torch.Tensor:
-        batch, tokens, _ = x.shape
-        (wq, wk), (bq, bk) = self.qk_weights(), self.qk_biases()
-        q = nn.functional.linear(x, wq, bq).reshape(batch, tokens, self.num_heads, self.head_dim).transpose(1, 2)
-        k = nn.functional.linear(x, wk, bk).reshape(batch, tokens, self.num_heads, self.head_dim).transpose(1, 2)
-        return torch.softmax((q * self.scale) @ k.transpose(-1, -2), dim=-1)
+    def out_weight(self) -> torch.Tensor:
+        return self.attn.out_proj.weight
 
 
 class TorchvisionViTAdapter(ModelAdapter):
