@@ -274,3 +274,6 @@ def test_hugging_face_vit_when_installed(images):
     expected = model(pixel_values=images, output_attentions=True).attentions[0]
     layer = adapter.layers()[0]
     assert torch.allclose(layer.attention(layer.norm(adapter.embed(images))), expected, atol=1e-5)
+    loss = model(pixel_values=images, labels=torch.tensor([0, 1, 2, 3])).loss
+    loss.backward()
+    assert torch.isfinite(loss) and model.vit.layers[1].attention.q_proj.weight.grad.abs().sum() > 0
