@@ -40,6 +40,9 @@ def initialize(
     Vision transformers: "timm", "kaiming", "mimetic", "impulse"; see each `init_*` function for its
     options. `kernel_size` (default 3) is the f of the f x f kernel: the impulse offsets, and the
     offsets against which every method's attention maps are measured in the report.
+    Swin v1: "timm", "kaiming", "mimetic", "impulse" (through the relative-position bias,
+    swin_init.py); MLP-Mixer: "timm", "kaiming", "impulse" (the token-mixing MLP, mixer_init.py);
+    `structinit init --list-models` lists every family.
     ConvMixer: "random", "impulse", "box" set its depthwise filters, option `freeze`
     (see filter_inits.py); its kernel size is the model's own.
     `seed=None` draws a seed from torch's global RNG (so `torch.manual_seed` makes it
