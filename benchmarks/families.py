@@ -4,7 +4,7 @@ Both models have the study ViT's budget (6 blocks, 8 x 8 tokens of width 192 at 
 and train with the study's recipe (cpu-quick, 200 images per class, 20 epochs, full test set), two
 seeds, through `structinit compare`; finished runs are skipped, so a rerun only fills the gaps:
 
-    .venv/bin/python benchmarks/families.py            # ~1 h on 2 cores
+    .venv/bin/python benchmarks/families.py            # 8 runs of the study's recipe
     .venv/bin/python benchmarks/families.py --smoke    # tiny models, 1 epoch: checks the pipeline
 
 Writes the tables between the markers of docs/families.md (the text around them is kept) and the

@@ -168,3 +168,19 @@ class ModelAdapter(abc.ABC):
             )
             for i, layer in enumerate(layers)
         ]
+
+
+def patchify_directions(proj: nn.Conv2d) -> torch.Tensor:
+    """(D, C * p * p [+ 1]) the columns of a patchify convolution's weight, and its bias: they span
+    every patch embedding it can produce (content_directions of a ViT with a linear patch embedding)."""
+    columns = proj.weight.detach().flatten(1)
+    if proj.bias is not None:
+        columns = torch.cat([columns, proj.bias.detach()[:, None]], dim=1)
+    return columns
+
+
+def class_token_pseudo_tokens(class_token: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+    """(1 + N, D) pseudo tokens of a ViT whose position embedding (1, 1 + N, D) is added to the class
+    token (1, 1, D) and to all-zero patch embeddings (torchvision, Hugging Face)."""
+    zeros = torch.zeros_like(position[0, 1:])
+    return torch.cat([class_token[0], zeros]) + position[0]

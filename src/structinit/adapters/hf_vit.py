@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .base import AttentionLayer, ModelAdapter
+from .base import AttentionLayer, ModelAdapter, class_token_pseudo_tokens, patchify_directions
 from .timm_vit import _eval, timm_scheme_, torch_defaults_
 
 _CLASSES = {"ViTModel", "ViTForImageClassification", "ViTForMaskedImageModeling"}
@@ -70,15 +70,10 @@ class HFViTAdapter(ModelAdapter):
 
     def pseudo_tokens(self) -> torch.Tensor:
         embeddings = self.vit.embeddings
-        zeros = torch.zeros_like(embeddings.position_embeddings[0, 1:])
-        return torch.cat([embeddings.cls_token[0], zeros]) + embeddings.position_embeddings[0]
+        return class_token_pseudo_tokens(embeddings.cls_token, embeddings.position_embeddings)
 
     def content_directions(self) -> torch.Tensor:
-        proj = self.vit.embeddings.patch_embeddings.projection
-        columns = proj.weight.detach().flatten(1)
-        if proj.bias is not None:
-            columns = torch.cat([columns, proj.bias.detach()[:, None]], dim=1)
-        return columns
+        return patchify_directions(self.vit.embeddings.patch_embeddings.projection)
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         with _eval(self.model):

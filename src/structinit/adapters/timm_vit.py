@@ -9,7 +9,7 @@ from timm.layers import Attention
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from .base import AttentionLayer, ModelAdapter, PackedQKVLayer
+from .base import AttentionLayer, ModelAdapter, PackedQKVLayer, patchify_directions
 
 
 class TimmAttentionLayer(PackedQKVLayer):
@@ -83,10 +83,7 @@ class TimmViTAdapter(ModelAdapter):
         proj = getattr(patch, "proj", None)
         if not isinstance(proj, nn.Conv2d) or not isinstance(getattr(patch, "norm", nn.Identity()), nn.Identity):
             return None
-        columns = proj.weight.detach().flatten(1)  # (D, C * p * p)
-        if proj.bias is not None:
-            columns = torch.cat([columns, proj.bias.detach()[:, None]], dim=1)
-        return columns
+        return patchify_directions(proj)
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         model = self.model

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from torchvision.models.vision_transformer import VisionTransformer
 
-from .base import AttentionLayer, ModelAdapter, PackedQKVLayer
+from .base import AttentionLayer, ModelAdapter, PackedQKVLayer, class_token_pseudo_tokens, patchify_directions
 from .timm_vit import _eval, timm_scheme_, torch_defaults_
 
 
@@ -55,16 +55,10 @@ class TorchvisionViTAdapter(ModelAdapter):
         return self.model.encoder.pos_embedding
 
     def pseudo_tokens(self) -> torch.Tensor:
-        model = self.model
-        zeros = torch.zeros_like(model.encoder.pos_embedding[0, 1:])
-        return torch.cat([model.class_token[0], zeros]) + model.encoder.pos_embedding[0]
+        return class_token_pseudo_tokens(self.model.class_token, self.model.encoder.pos_embedding)
 
     def content_directions(self) -> torch.Tensor:
-        proj = self.model.conv_proj
-        columns = proj.weight.detach().flatten(1)
-        if proj.bias is not None:
-            columns = torch.cat([columns, proj.bias.detach()[:, None]], dim=1)
-        return columns
+        return patchify_directions(self.model.conv_proj)
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         model = self.model
