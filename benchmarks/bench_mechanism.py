@@ -15,10 +15,14 @@ For the study's ViT (width 192, depth 6, 32 px / patch 4) with 12 heads (dimensi
 `--part width128`: the same for theory.py's ViT (width 128, depth 8, 4 / 8 / 16 heads), where the
 impulse init trained worse with more heads. `--part layers`: per layer, the mass each head's map puts
 on its assigned offset on the images, for the impulse init with and without `propagate`.
+`--part conditioning`: how far the Q/K solve may invert the pseudo input's spectrum (`rcond`), for a
+learned table (the study ViT), a fixed sin-cos table (the paper's v1 ViT, average pooling) and ViT-T
+at 224 px (64 test images upsampled): the weights' size and the gradient the first step sees.
 
     .venv/bin/python benchmarks/bench_mechanism.py                   # the study ViT; minutes on 2 cores
     .venv/bin/python benchmarks/bench_mechanism.py --part width128
     .venv/bin/python benchmarks/bench_mechanism.py --part layers
+    .venv/bin/python benchmarks/bench_mechanism.py --part conditioning
 """
 
 from __future__ import annotations
@@ -58,6 +62,13 @@ PARTS = {
 }
 LAYER_ROWS = [{"num_heads": 12}, {"num_heads": 3}, {"embed_dim": 128, "depth": 8, "num_heads": 16}]
 LAYER_INITS = ["impulse", "impulse[propagate=True]", "impulse[propagate=True,blind_to_content=False]"]
+# (label, model, model kwargs, image size); ViT-T is built at 224 px and fed upsampled images
+CONDITIONING_ROWS = [
+    ("study ViT, 12 heads, learned table", "vit_d6_p4", {"num_heads": 12}, 32),
+    ("v1 ViT (GAP, sin-cos), 12 heads", "vit_d6_p4_gap_sincos", {"num_heads": 12}, 32),
+    ("ViT-T/16, 224 px, 3 heads", "vit_tiny_patch16_224", {"img_size": 224}, 224),
+]
+CONDITIONING_INITS = ["timm", "mimetic", "impulse[rcond=1e-05]", "impulse[rcond=0.03]", "impulse", "impulse[rcond=0.3]"]
 
 
 def assigned_fidelity(model: nn.Module, report: structinit.Report, images: torch.Tensor) -> list[float]:
@@ -84,6 +95,38 @@ def layers_part(data) -> None:
             model, report = build_model(config, data)
             values = assigned_fidelity(model, report, normalised_test_images(model, data, 256))
             print(f"| {name} | {label} | {' '.join(f'{v:.2f}' for v in values)} |", flush=True)
+
+
+def conditioning_part(data) -> None:
+    print(
+        "| model | init | layer-0 pseudo input: directions above 1e-5 / 0.1 of the largest | fidelity, pseudo input "
+        "| fidelity on the images, layer 0 / all layers | layer-0 Q/K weight norm | patch-embedding grad norm "
+        "| Q/K grad / weight |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for name, arch, kwargs, size in CONDITIONING_ROWS:
+        count = 256 if size == 32 else 64
+        for label in CONDITIONING_INITS:
+            config = TrainConfig(data=DATA, model=arch, model_kwargs=kwargs, init=label, seed=0)
+            model, report = build_model(config, data)
+            images = normalised_test_images(model, data, count)
+            if size != images.shape[-1]:
+                images = nn.functional.interpolate(images, size=size, mode="bilinear", align_corners=False)
+            adapter = get_adapter(model)
+            with torch.no_grad():
+                values = torch.linalg.svdvals(layer_inputs(adapter, None)[0][0].double())
+            spread = f"{int((values > values[0] * 1e-5).sum())} / {int((values > values[0] * 0.1).sum())}"
+            on_target = assigned_fidelity(model, report, images)
+            qkv = model.blocks[0].attn.qkv.weight.detach()
+            qk_norm = float(qkv[: 2 * qkv.shape[1]].norm())
+            qk, _ = gradient_ratios(model, images, data.test_labels[:count])
+            patch = float(model.patch_embed.proj.weight.grad.norm())
+            print(
+                f"| {name} | {label} | {spread} | {report.mean_fidelity:.3f} "
+                f"| {on_target[0]:.2f} / {sum(on_target) / len(on_target):.2f} | {qk_norm:.1f} | {patch:.2f} "
+                f"| {qk:.4f} |",
+                flush=True,
+            )
 
 
 def entropy_fraction(model: nn.Module, images: torch.Tensor) -> float:
@@ -113,12 +156,15 @@ def gradient_ratios(model: nn.Module, images: torch.Tensor, labels: torch.Tensor
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--part", choices=[*PARTS, "layers"], default="study")
+    parser.add_argument("--part", choices=[*PARTS, "layers", "conditioning"], default="study")
     part = parser.parse_args(argv).part
     data = load_data(DATA, per_class=200)
     print(f"# Init mechanism (torch {torch.__version__}, {platform.machine()}, 256 CIFAR-10 test images, seed 0)\n")
     if part == "layers":
         layers_part(data)
+        return 0
+    if part == "conditioning":
+        conditioning_part(data)
         return 0
     rows, inits = PARTS[part]
     print(

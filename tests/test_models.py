@@ -115,6 +115,7 @@ def test_unknown_option_lists_the_method_options():
         (dict(pseudo_input="image"), "pseudo_input must be one of"),
         (dict(target_fidelity=1.0), r"target_fidelity must be in \(0, 1\), got 1.0"),
         (dict(pos_scale=-1.0), "pos_scale must be > 0 or None, got -1.0"),
+        (dict(rcond=1.0), r"rcond must be in \[0, 1\), got 1.0"),
     ],
 )
 def test_bad_option_values(options, message):

@@ -179,6 +179,7 @@ def init_impulse(
     refine_lr: float = 0.01,
     qk_scale: float = 7.0,
     propagate: bool = False,
+    rcond: float = 0.1,
 ) -> list[LayerReport]:
     """Impulse init (Zheng et al., NeurIPS 2025): each head's attention map is an impulse filter.
 
@@ -207,6 +208,11 @@ def init_impulse(
     (the paper's choice: every layer sees the same position embedding). With the paper's choice, deeper
     layers see shifted and mixed position codes on real images and their sharp maps land off target
     (benchmarks/bench_mechanism.py). With solver="refine", the propagation uses the closed-form weights.
+    `rcond`: the solve inverts the pseudo input only along directions whose singular value is at least
+    rcond x the largest (numpy's lstsq cut-off). A learned table's spectrum stays above 0.2 and is
+    inverted whole; a fixed sin-cos table's (rank 15, down to 7e-4) or ViT-T's at 224 px is not:
+    inverting all of it made Q/K weights ~1000x larger and init gradients ~100x, and a GAP/sin-cos
+    ViT trained to 17.5% instead of 40+% (benchmarks/bench_mechanism.py --part conditioning).
     `blind_to_content`: where the patch embedding can only reach a subspace of less than half the
     width (small patches: 3 x 4 x 4 = 48 of 192 dimensions at 32 px / patch 4), Q and K are solved
     outside it, so that patch content reaches the logits only through the norm's scale (first-layer
@@ -225,6 +231,8 @@ def init_impulse(
         raise ValueError(f"noise_std must be >= 0, got {noise_std}")
     if pos_scale is not None and not pos_scale > 0:
         raise ValueError(f"pos_scale must be > 0 or None, got {pos_scale}")
+    if not 0.0 <= rcond < 1.0:
+        raise ValueError(f"rcond must be in [0, 1), got {rcond}")
     pos = adapter.position_embedding()
     if pos is None:
         raise ValueError(
@@ -250,7 +258,7 @@ def init_impulse(
         if content is not None:
             x = x - (x @ content) @ content.T
         if pseudo is None or not torch.equal(x, pseudo.x):
-            pseudo = PseudoInput(x)
+            pseudo = PseudoInput(x, rcond)
         if solver == "authors":
             q, k = authors_closed_form(pseudo, offsets, grid, prefix, d, generator, qk_scale)
         else:

@@ -28,12 +28,14 @@ class PseudoInput:
     whose pseudo inputs are identical (all of them at init when the norms are untrained). It also
     remembers the solution per offset, which every head with that offset shares up to a rotation."""
 
-    def __init__(self, x: torch.Tensor) -> None:
+    def __init__(self, x: torch.Tensor, rcond: float = 1e-5) -> None:
         self.x = x.detach().double().cpu()
         u, s, vh = torch.linalg.svd(self.x, full_matrices=False)
-        # X comes from float32 activations: singular values below float32 precision are noise (a
-        # LayerNorm output has an exact null direction, the all-ones vector, that must not be inverted).
-        keep = s > s[0] * 1e-5
+        # Directions with singular values below rcond x the largest are not inverted (as numpy's lstsq
+        # `rcond`). At least float32 precision: a LayerNorm output has an exact null direction, the
+        # all-ones vector. More for ill-conditioned inputs: weights that read a direction the pseudo
+        # input barely uses amplify whatever patch content lies there on real images.
+        keep = s > s[0] * max(rcond, 1e-5)
         self.left, self.values, self.right = u[:, keep], s[keep], vh[keep].T
         self.pinv = (self.right / self.values) @ self.left.T
         self._solved: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
