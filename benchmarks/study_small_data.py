@@ -6,6 +6,7 @@ regenerated and an interrupted study resumes where it stopped (finished runs are
     .venv/bin/python benchmarks/study_small_data.py                 # everything (hours on 2 cores)
     .venv/bin/python benchmarks/study_small_data.py --part protocol # only the protocol
     .venv/bin/python benchmarks/study_small_data.py --smoke         # minutes; writes under --out only
+    .venv/bin/python benchmarks/study_small_data.py --part timing   # the protocol's wall-clock, projected
 
 Protocol: CIFAR-10 (../shared/datasets/cifar10), stratified subsets of 100/200/500 images per class
 (one fixed draw, subset seed 0), the full 10,000-image test set, the FINDINGS ViT (width 192, depth 6,
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -136,6 +138,26 @@ def run_grid(grid: Grid, data: str, out: Path, smoke: bool) -> None:
     compare(base, grid.inits, grid.seeds, [grid.per_class], out / grid.name)
 
 
+def protocol_timing(protocol: list[Grid], data: str, out: Path, smoke: bool) -> float:
+    """One fresh run (the grid's first init, seed 0) of every protocol cell, timed end to end as the
+    study runs it (data loading included), and the protocol's projected wall-clock: each cell's time
+    x its inits x seeds. Under OUT/timing, emptied first; meaningful on an otherwise idle machine."""
+    scratch = out / "timing"
+    shutil.rmtree(scratch, ignore_errors=True)
+    print("| grid | per class | one run (s) | runs in the protocol | projected (min) |\n|---|---|---|---|---|")
+    total = 0.0
+    for grid in protocol:
+        cell = dataclasses.replace(grid, name=f"{grid.name}-{grid.per_class}", inits=grid.inits[:1], seeds=[0])
+        start = time.perf_counter()
+        run_grid(cell, data, scratch, smoke)
+        seconds = time.perf_counter() - start
+        runs = len(grid.inits) * len(grid.seeds)
+        total += seconds * runs
+        print(f"| {grid.name} | {grid.per_class} | {seconds:.0f} | {runs} | {seconds * runs / 60:.1f} |", flush=True)
+    print(f"\nProjected protocol wall-clock: {total / 3600:.2f} h")
+    return total
+
+
 def study_rows(out: Path, grids: list[Grid]) -> list[dict[str, Any]]:
     rows = []
     for name in dict.fromkeys(g.name for g in grids):
@@ -201,9 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", default="cifar10:../shared/datasets/cifar10", help="structinit --data spec")
     parser.add_argument(
         "--part",
-        choices=["protocol", "levers", "all", "docs"],
+        choices=["protocol", "levers", "all", "docs", "timing"],
         default="all",
-        help="what to run; 'docs' only rewrites the docs from finished runs",
+        help="what to run; 'docs' only rewrites the docs from finished runs; 'timing' projects the protocol's time",
     )
     parser.add_argument("--out", default="runs/study", help="run directories (resumable)")
     parser.add_argument(
@@ -217,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     # the acceptance cells (12 heads at 200 with the levers on them; 3 heads; 500 per class) and the CNN
     # row first, then propagate and the cheap recipe levers, the rest of the protocol, 60 epochs last
     full = [protocol[0], levers[0], *protocol[1:4], *levers[1:5], *protocol[4:], *levers[5:]]
+    if args.part == "timing":
+        protocol_timing(protocol, args.data, out, args.smoke)
+        return 0
     todo = {"protocol": protocol, "levers": levers, "all": full, "docs": []}[args.part]
     start = time.perf_counter()
     for i, grid in enumerate(todo, 1):

@@ -92,3 +92,19 @@ def test_smoke_families_runs_swin_and_mixer_and_writes_their_tables(tmp_path):
         assert f"| {model} |" in section and "| impulse | 1 |" in section and "| timm | 1 |" in section
     assert "| impulse | window pseudo input (per head) | 0.980 | 0.980 | " in text
     assert "| impulse | unit impulses (per token mixer) | 1.000 | 1.000 | " in text
+
+
+def test_smoke_timing_runs_one_fresh_run_per_protocol_cell(tmp_path, capsys):
+    study = load_study()
+    data = make_imagefolder(tmp_path / "images", 32, per_class=8, classes=["a", "b"])
+    out = tmp_path / "study"
+    stale = out / "timing" / "stale.txt"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("an earlier timing")
+    assert study.main(["--smoke", "--data", f"imagefolder:{data}", "--out", str(out), "--part", "timing"]) == 0
+    printed = capsys.readouterr().out
+    assert not stale.exists()  # a timing starts from nothing: finished runs would be skipped, not timed
+    runs = sorted(p.parent.relative_to(out / "timing").as_posix() for p in out.glob("timing/*/*/*/summary.json"))
+    assert runs == ["convmixer-8/per_class_8/default-seed0", "vit-h12-8/per_class_8/timm-seed0"]
+    assert "| vit-h12 | 8 |" in printed and "| 3 | " in printed and "Projected protocol wall-clock:" in printed
+    assert not (out / "docs").exists()  # timing writes no docs
