@@ -236,12 +236,12 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     docs = Path(args.docs) if args.docs else (out / "docs" if args.smoke else ROOT / "docs")
     protocol, levers = (SMOKE_PROTOCOL, SMOKE_LEVERS) if args.smoke else (PROTOCOL, LEVERS)
-    # the acceptance cells (12 heads at 200 with the levers on them; 3 heads; 500 per class) and the CNN
-    # row first, then propagate and the cheap recipe levers, the rest of the protocol, 60 epochs last
-    full = [protocol[0], levers[0], *protocol[1:4], *levers[1:5], *protocol[4:], *levers[5:]]
     if args.part == "timing":
         protocol_timing(protocol, args.data, out, args.smoke)
         return 0
+    # the acceptance cells (12 heads at 200 with the levers on them; 3 heads; 500 per class) and the CNN
+    # row first, then propagate and the cheap recipe levers, the rest of the protocol, 60 epochs last
+    full = [protocol[0], levers[0], *protocol[1:4], *levers[1:5], *protocol[4:], *levers[5:]]
     todo = {"protocol": protocol, "levers": levers, "all": full, "docs": []}[args.part]
     start = time.perf_counter()
     for i, grid in enumerate(todo, 1):

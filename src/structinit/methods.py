@@ -211,8 +211,9 @@ def init_impulse(
     `rcond`: the solve inverts the pseudo input only along directions whose singular value is at least
     rcond x the largest (numpy's lstsq cut-off). A learned table's spectrum stays above 0.2 and is
     inverted whole; a fixed sin-cos table's (rank 15, down to 7e-4) or ViT-T's at 224 px is not:
-    inverting all of it made Q/K weights ~1000x larger and init gradients ~100x, and a GAP/sin-cos
-    ViT trained to 17.5% instead of 40+% (benchmarks/bench_mechanism.py --part conditioning).
+    inverting all of it made the sin-cos ViT's Q/K weights ~750x larger and its init patch-embedding
+    gradient ~50,000x, and it trained to 17.5% instead of 36.0% (benchmarks/bench_mechanism.py
+    --part conditioning; benchmarks/study_small_data.py).
     `blind_to_content`: where the patch embedding can only reach a subspace of less than half the
     width (small patches: 3 x 4 x 4 = 48 of 192 dimensions at 32 px / patch 4), Q and K are solved
     outside it, so that patch content reaches the logits only through the norm's scale (first-layer

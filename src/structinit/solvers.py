@@ -28,7 +28,7 @@ class PseudoInput:
     whose pseudo inputs are identical (all of them at init when the norms are untrained). It also
     remembers the solution per offset, which every head with that offset shares up to a rotation."""
 
-    def __init__(self, x: torch.Tensor, rcond: float = 1e-5) -> None:
+    def __init__(self, x: torch.Tensor, rcond: float) -> None:
         self.x = x.detach().double().cpu()
         u, s, vh = torch.linalg.svd(self.x, full_matrices=False)
         # Directions with singular values below rcond x the largest are not inverted (as numpy's lstsq
