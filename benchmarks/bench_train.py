@@ -14,10 +14,15 @@ top-1 on the full 10,000-image test set.
     .venv/bin/python benchmarks/bench_train.py                   # 2 epochs on 500 images/class, ~10 min
     .venv/bin/python benchmarks/bench_train.py --per-class 100 --epochs 1
     .venv/bin/python benchmarks/bench_train.py --attention-only   # the second table, ~1 min
+    .venv/bin/python benchmarks/bench_train.py --eval-only        # the third table, ~1 min
 
 Second table: why `structinit train` runs timm's attention unfused on a CPU under bf16. One training
 step (batch 128, random images) of the study's ViT (width 192, depth 6, 32 px / patch 4) with 12 and
 3 heads, torch's fused scaled_dot_product_attention against the plain softmax(q k^T) v.
+
+Third table: why the `cpu-quick` preset evaluates in batches of 128 (the trainer's default is 512,
+for GPUs). Inference throughput of the same ViT (bf16 autocast, unfused attention, random images)
+by evaluation batch size, the best of three passes.
 """
 
 from __future__ import annotations
@@ -139,6 +144,30 @@ def attention_kernels(batch: int, steps: int = 4) -> None:
             print(f"| {heads} | {'bf16' if amp else 'fp32'} | {speeds[0]:.0f} | {speeds[1]:.0f} |", flush=True)
 
 
+def eval_batches(sizes=(128, 256, 512), images: int = 2048, repeats: int = 3) -> None:
+    """Inference img/s by batch size: the best of `repeats` passes over the images (this VM is noisy)."""
+    print("| heads | " + " | ".join(f"batch {b} img/s" for b in sizes) + " |")
+    print("|---|" + "---|" * len(sizes))
+    for heads in (12, 3):
+        torch.manual_seed(0)
+        model = timm.create_model("vit_tiny_patch16_224", **{**MODEL, "depth": 6, "num_heads": heads}).eval()
+        for block in model.blocks:
+            block.attn.fused_attn = False
+        batch = torch.randn(images, 3, 32, 32)
+        speeds = []
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            for size in sizes:
+                model(batch[:size])  # warm-up
+                best = float("inf")
+                for _ in range(repeats):
+                    start = time.perf_counter()
+                    for chunk in batch.split(size):
+                        model(chunk)
+                    best = min(best, time.perf_counter() - start)
+                speeds.append(images / best)
+        print(f"| {heads} | " + " | ".join(f"{s:.0f}" for s in speeds) + " |", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--per-class", type=int, default=500)
@@ -146,6 +175,7 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--attention-only", action="store_true", help="only the attention-kernel table")
+    parser.add_argument("--eval-only", action="store_true", help="only the evaluation batch-size table")
     args = parser.parse_args()
     if not (CIFAR / "train").is_dir():
         print(f"CIFAR-10 ImageFolder not found at {CIFAR}", file=sys.stderr)
@@ -156,6 +186,9 @@ def main() -> int:
     print(f"command: {' '.join([Path(sys.executable).name, *sys.argv])}")
     if args.attention_only:
         attention_kernels(args.batch_size)
+        return 0
+    if args.eval_only:
+        eval_batches()
         return 0
     setting = f"CIFAR-10 {args.per_class}/class, batch {args.batch_size}, {args.epochs} epochs"
     print(f"ViT-T depth 12, 32 px / patch 4, {setting}\n")
@@ -168,6 +201,8 @@ def main() -> int:
     print(f"| structinit train | {ours[0]:.1f} | {ours[1]:.2f} |")
     print(f"\nspeed-up: {ours[0] / plain[0]:.2f}x\n")
     attention_kernels(args.batch_size)
+    print()
+    eval_batches()
     return 0
 
 

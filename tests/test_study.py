@@ -2,6 +2,7 @@
 
 import csv
 import importlib.util
+import shutil
 import sys
 from pathlib import Path
 
@@ -32,6 +33,7 @@ def test_smoke_study_runs_every_grid_writes_the_docs_and_resumes(tmp_path, capsy
         ("vit-h12", "timm"),
         ("vit-h12", "impulse-authors"),
         ("vit-h12", "impulse"),
+        ("vit-h12", "mimetic"),  # the extended grid, in the protocol's grid directory
         ("convmixer", "default"),
         ("levers-h12", "impulse[target_fidelity=0.9]"),
     }
@@ -55,6 +57,24 @@ def test_smoke_study_runs_every_grid_writes_the_docs_and_resumes(tmp_path, capsy
     rewritten = (docs / "results.md").read_text()
     assert rewritten.startswith("# Study\n\nanalysis\n") and rewritten.endswith("more analysis\n")
     assert rewritten.count("| impulse-authors | 1 |") == results.count("| impulse-authors | 1 |")  # not duplicated
+
+
+def test_docs_are_not_rewritten_from_a_study_that_lacks_their_runs(tmp_path, capsys):
+    study = load_study()
+    data = make_imagefolder(tmp_path / "images", 32, per_class=8, classes=["a", "b"])
+    out = tmp_path / "study"
+    args = ["--smoke", "--data", f"imagefolder:{data}", "--out", str(out)]
+    assert study.main([*args, "--part", "all"]) == 0
+    csv_path = out / "docs" / "results.csv"
+    listed = csv_path.read_text()
+    shutil.rmtree(out / "levers-h12")  # a fresh clone has no runs/ at all; here one grid is gone
+    capsys.readouterr()
+    assert study.main([*args, "--part", "docs"]) == 1
+    assert "lists 1 runs that" in capsys.readouterr().err
+    assert csv_path.read_text() == listed  # left as it was
+    assert study.main([*args, "--part", "docs", "--replace-docs"]) == 0
+    with open(csv_path) as f:
+        assert {r["grid"] for r in csv.DictReader(f)} == {"vit-h12", "convmixer"}
 
 
 def load_script(name):
@@ -94,17 +114,30 @@ def test_smoke_families_runs_swin_and_mixer_and_writes_their_tables(tmp_path):
     assert "| impulse | unit impulses (per token mixer) | 1.000 | 1.000 | " in text
 
 
-def test_smoke_timing_runs_one_fresh_run_per_protocol_cell(tmp_path, capsys):
+def test_smoke_timing_runs_one_fresh_run_per_protocol_cell_and_reproduces_the_docs(tmp_path, capsys):
     study = load_study()
     data = make_imagefolder(tmp_path / "images", 32, per_class=8, classes=["a", "b"])
     out = tmp_path / "study"
+    args = ["--smoke", "--data", f"imagefolder:{data}", "--out", str(out)]
+    assert study.main([*args, "--part", "protocol"]) == 0
+    with open(out / "docs" / "results.csv") as f:
+        listed = {(r["grid"], r["init"]): r["top1"] for r in csv.DictReader(f)}
+    docs_before = (out / "docs" / "results.csv").stat().st_mtime_ns
     stale = out / "timing" / "stale.txt"
     stale.parent.mkdir(parents=True)
     stale.write_text("an earlier timing")
-    assert study.main(["--smoke", "--data", f"imagefolder:{data}", "--out", str(out), "--part", "timing"]) == 0
+    capsys.readouterr()
+    assert study.main([*args, "--part", "timing"]) == 0
     printed = capsys.readouterr().out
     assert not stale.exists()  # a timing starts from nothing: finished runs would be skipped, not timed
     runs = sorted(p.parent.relative_to(out / "timing").as_posix() for p in out.glob("timing/*/*/*/summary.json"))
     assert runs == ["convmixer-8/per_class_8/default-seed0", "vit-h12-8/per_class_8/timm-seed0"]
-    assert "| vit-h12 | 8 |" in printed and "| 3 | " in printed and "Projected protocol wall-clock:" in printed
-    assert not (out / "docs").exists()  # timing writes no docs
+    # the extended grid's cell is the protocol's (same model and subset size): timed once, projected for both
+    table = [line.strip("| ").split(" | ") for line in printed.splitlines() if line.startswith("| ")]
+    cells = {(row[0], row[1]): row for row in table}
+    assert set(cells) >= {("protocol", "vit-h12"), ("protocol", "convmixer"), ("extended", "vit-h12")}
+    # a fresh run reproduces the top-1 the study recorded for the same cell and seed, to the digit
+    vit = cells["protocol", "vit-h12"]
+    assert vit[6] == f"{float(listed['vit-h12', 'timm']):.2f} (timm)" and float(vit[7]) == float(vit[6].split()[0])
+    assert "Projected protocol wall-clock:" in printed and "Projected extended wall-clock:" in printed
+    assert (out / "docs" / "results.csv").stat().st_mtime_ns == docs_before  # timing writes no docs
