@@ -6,6 +6,8 @@ import shutil
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import make_imagefolder
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "study_small_data.py"
@@ -17,6 +19,14 @@ def load_study():
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture
+def smoke_study(tmp_path):
+    """The study module, its --out and the arguments of a --smoke study on a generated 2-class folder."""
+    data = make_imagefolder(tmp_path / "images", 32, per_class=8, classes=["a", "b"])
+    out = tmp_path / "study"
+    return load_study(), out, ["--smoke", "--data", f"imagefolder:{data}", "--out", str(out)]
 
 
 def test_smoke_study_runs_every_grid_writes_the_docs_and_resumes(tmp_path, capsys):
@@ -59,11 +69,8 @@ def test_smoke_study_runs_every_grid_writes_the_docs_and_resumes(tmp_path, capsy
     assert rewritten.count("| impulse-authors | 1 |") == results.count("| impulse-authors | 1 |")  # not duplicated
 
 
-def test_docs_are_not_rewritten_from_a_study_that_lacks_their_runs(tmp_path, capsys):
-    study = load_study()
-    data = make_imagefolder(tmp_path / "images", 32, per_class=8, classes=["a", "b"])
-    out = tmp_path / "study"
-    args = ["--smoke", "--data", f"imagefolder:{data}", "--out", str(out)]
+def test_docs_are_not_rewritten_from_a_study_that_lacks_their_runs(smoke_study, capsys):
+    study, out, args = smoke_study
     assert study.main([*args, "--part", "all"]) == 0
     csv_path = out / "docs" / "results.csv"
     listed = csv_path.read_text()
@@ -114,11 +121,8 @@ def test_smoke_families_runs_swin_and_mixer_and_writes_their_tables(tmp_path):
     assert "| impulse | unit impulses (per token mixer) | 1.000 | 1.000 | " in text
 
 
-def test_smoke_timing_runs_one_fresh_run_per_protocol_cell_and_reproduces_the_docs(tmp_path, capsys):
-    study = load_study()
-    data = make_imagefolder(tmp_path / "images", 32, per_class=8, classes=["a", "b"])
-    out = tmp_path / "study"
-    args = ["--smoke", "--data", f"imagefolder:{data}", "--out", str(out)]
+def test_smoke_timing_runs_one_fresh_run_per_protocol_cell_and_reproduces_the_docs(smoke_study, capsys):
+    study, out, args = smoke_study
     assert study.main([*args, "--part", "protocol"]) == 0
     with open(out / "docs" / "results.csv") as f:
         listed = {(r["grid"], r["init"]): r["top1"] for r in csv.DictReader(f)}
