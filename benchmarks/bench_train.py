@@ -119,6 +119,15 @@ def structinit_run(per_class: int, epochs: int, batch: int, seed: int, out: Path
     return images / sum(m["epoch_seconds"] for m in lines), lines[-1]["test_top1"]
 
 
+def study_vit(heads: int, fused: bool) -> torch.nn.Module:
+    """The study's ViT (width 192, depth 6, 32 px / patch 4), seed 0, with or without fused attention."""
+    torch.manual_seed(0)
+    model = timm.create_model("vit_tiny_patch16_224", **{**MODEL, "depth": 6, "num_heads": heads})
+    for block in model.blocks:
+        block.attn.fused_attn = fused
+    return model
+
+
 def attention_kernels(batch: int, steps: int = 4) -> None:
     print("| heads | autocast | fused SDPA img/s | unfused img/s |")
     print("|---|---|---|---|")
@@ -126,10 +135,7 @@ def attention_kernels(batch: int, steps: int = 4) -> None:
         for heads in (12, 3):
             speeds = []
             for fused in (True, False):
-                torch.manual_seed(0)
-                model = timm.create_model("vit_tiny_patch16_224", **{**MODEL, "depth": 6, "num_heads": heads})
-                for block in model.blocks:
-                    block.attn.fused_attn = fused
+                model = study_vit(heads, fused)
                 optimizer = torch.optim.AdamW(model.parameters())
                 images, labels = torch.randn(batch, 3, 32, 32), torch.randint(10, (batch,))
                 for step in range(steps + 2):  # two warm-up steps
@@ -149,10 +155,7 @@ def eval_batches(sizes=(128, 256, 512), images: int = 2048, repeats: int = 3) ->
     print("| heads | " + " | ".join(f"batch {b} img/s" for b in sizes) + " |")
     print("|---|" + "---|" * len(sizes))
     for heads in (12, 3):
-        torch.manual_seed(0)
-        model = timm.create_model("vit_tiny_patch16_224", **{**MODEL, "depth": 6, "num_heads": heads}).eval()
-        for block in model.blocks:
-            block.attn.fused_attn = False
+        model = study_vit(heads, fused=False).eval()
         batch = torch.randn(images, 3, 32, 32)
         speeds = []
         with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):

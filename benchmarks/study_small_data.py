@@ -156,6 +156,17 @@ def run_grid(grid: Grid, data: str, out: Path, smoke: bool) -> None:
     compare(base, grid.inits, grid.seeds, [grid.per_class], out / grid.name)
 
 
+RunKey = tuple[str, str, str, str]  # grid, per class, init, seed: as results.csv writes them
+
+
+def recorded_runs(docs: Path) -> dict[RunKey, dict[str, str]]:
+    """The rows of DOCS/results.csv (none if it is absent), by run."""
+    if not (docs / "results.csv").exists():
+        return {}
+    with open(docs / "results.csv") as f:
+        return {(r["grid"], r["per_class"], r["init"], r["seed"]): r for r in csv.DictReader(f)}
+
+
 def protocol_timing(parts: dict[str, list[Grid]], data: str, out: Path, docs: Path, smoke: bool) -> dict[str, float]:
     """One fresh run (seed 0, the first init) of every distinct cell of the parts, timed end to end
     as the study runs it (data loading included), and each part's projected wall-clock: each cell's
@@ -163,10 +174,7 @@ def protocol_timing(parts: dict[str, list[Grid]], data: str, out: Path, docs: Pa
     Each run's top-1 is printed beside the same run's in DOCS/results.csv: a rerun reproduces it."""
     scratch = out / "timing"
     shutil.rmtree(scratch, ignore_errors=True)
-    listed = {}
-    if (docs / "results.csv").exists():
-        with open(docs / "results.csv") as f:
-            listed = {(r["grid"], r["per_class"], r["init"], r["seed"]): r["top1"] for r in csv.DictReader(f)}
+    recorded = recorded_runs(docs)
     print("| part | grid | per class | one run (s) | runs | projected (min) | top-1 (%) | in results.csv |")
     print("|---|---|---|---|---|---|---|---|")
     timed: dict[str, tuple[float, str, str]] = {}  # cell: seconds, its run's top-1, the same run's in results.csv
@@ -179,7 +187,7 @@ def protocol_timing(parts: dict[str, list[Grid]], data: str, out: Path, docs: Pa
                 start = time.perf_counter()
                 run_grid(dataclasses.replace(grid, name=cell, inits=grid.inits[:1], seeds=[0]), data, scratch, smoke)
                 seconds, top1 = time.perf_counter() - start, collect(scratch / cell)[0]["top1"]
-                reference = listed.get((grid.name, str(grid.per_class), grid.inits[0], "0"), "-")
+                reference = recorded.get((grid.name, str(grid.per_class), grid.inits[0], "0"), {}).get("top1", "-")
                 timed[cell] = (seconds, f"{top1:.2f} ({grid.inits[0]})", reference)
             seconds, top1, reference = timed[cell]
             runs = len(grid.inits) * len(grid.seeds)
@@ -206,13 +214,8 @@ def study_rows(out: Path, grids: list[Grid]) -> list[dict[str, Any]]:
 def missing_runs(rows: list[dict[str, Any]], docs: Path) -> list[str]:
     """Runs that docs/results.csv lists but OUT does not hold: rewriting the docs would drop them
     (a fresh clone has no runs/, and a partial rerun only some)."""
-    if not (docs / "results.csv").exists():
-        return []
-    key = ("grid", "per_class", "init", "seed")
-    found = {tuple(str(r[k]) for k in key) for r in rows}
-    with open(docs / "results.csv") as f:
-        listed = [tuple(r[k] for k in key) for r in csv.DictReader(f)]
-    return ["{}/per_class_{}/{}-seed{}".format(*k) for k in listed if k not in found]
+    found = {tuple(str(r[k]) for k in ("grid", "per_class", "init", "seed")) for r in rows}
+    return ["{}/per_class_{}/{}-seed{}".format(*k) for k in recorded_runs(docs) if k not in found]
 
 
 def write_docs(rows: list[dict[str, Any]], out: Path, docs: Path, grids: list[Grid]) -> None:
