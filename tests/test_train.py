@@ -72,10 +72,12 @@ def test_compare_runs_the_grid_writes_tables_and_skips_finished_runs(tmp_path):
     rows = compare(base, ["timm", "impulse"], [0, 1], [10], tmp_path)
     assert len(rows) == 4
     header, *lines = (tmp_path / "results.csv").read_text().splitlines()
-    assert header == "dataset,model,heads,per_class,init,seed,epochs,top1,top5,secs,train_loss"
+    assert header == (
+        "dataset,model,heads,per_class,init,seed,epochs,steps,split,top1,best_top1,epochs_to_timm,top5,secs,train_loss"
+    )
     assert len(lines) == 4 and all(line.startswith("digits,vit_digits,4,10,") for line in lines)
     table = (tmp_path / "results.md").read_text()
-    assert "| digits | vit_digits | 4 | 10 | impulse | 2 |" in table and "gain over mimetic" in table
+    assert "| digits | vit_digits | 4 | 10 | 1 | test | impulse | 2 |" in table and "gain over mimetic" in table
     assert (tmp_path / "curves.png").stat().st_size > 10_000
     before = (tmp_path / "per_class_10" / "timm-seed0" / "metrics.jsonl").read_text()
     compare(base, ["timm", "impulse"], [0, 1], [10], tmp_path)  # all finished: nothing reruns

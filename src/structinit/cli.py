@@ -46,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_arguments(grid, grid=True)
     grid.add_argument("--inits", default="timm,mimetic,impulse", help="comma-separated init labels; " + INIT_HELP)
     grid.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
+    grid.add_argument(
+        "--jobs", type=int, default=1, help="runs at once, each in its own process with a share of the CPU threads"
+    )
 
     attention = commands.add_parser("attention", help="PNG of the attention maps per layer and head")
     add_target_arguments(attention, images=64, out="attention.png")
@@ -89,6 +92,13 @@ def add_train_arguments(parser: argparse.ArgumentParser, grid: bool = False) -> 
         add("--per-class", type=int, help="train on a stratified subset of K images per class")
     add("--train-fraction", type=float, help="train on a stratified fraction of each class")
     add("--subset-seed", type=int, help="seed of the subset draw (default 0)")
+    add(
+        "--val-per-class",
+        type=int,
+        metavar="K",
+        help="hold out K training images per class (stratified, disjoint from the subset) and evaluate on them "
+        "instead of the test set: choose settings there, report the test set once",
+    )
     add("--model", help=f"timm model name or preset ({', '.join(PRESETS)})")
     add("--model-kwargs", help="timm.create_model keywords, e.g. depth=6,num_heads=12,global_pool=avg")
     if not grid:
@@ -120,7 +130,8 @@ def add_train_arguments(parser: argparse.ArgumentParser, grid: bool = False) -> 
     add("--compile", action="store_true", default=None, help="torch.compile the model")
     add("--device", help="auto (default), cpu, cuda, cuda:1, mps")
     add("--workers", type=int, help="DataLoader workers for large images")
-    add("--eval-every", type=int, metavar="K", help="test-set evaluation every K epochs and after the last (default 1)")
+    add("--eval-every", type=int, metavar="K", help="evaluation every K epochs and after the last (default 1)")
+    add("--snapshot-epochs", metavar="E,E", help="keep the weights after these epochs in OUT/snapshots (0: at init)")
     if grid:
         add("--out", default="runs/compare", help="directory of the grid's runs and results")
         return add("--quiet", action="store_true", default=None, help="no progress bars")
@@ -136,12 +147,14 @@ def train_config(args: argparse.Namespace, **overrides: Any):
 
     from .train import TrainConfig
 
-    skip = ("model_kwargs", "init_kwargs", "preset", "per_class")
+    skip = ("model_kwargs", "init_kwargs", "preset", "per_class", "snapshot_epochs")
     names = [f.name for f in fields(TrainConfig) if f.name not in skip]
     per_class = getattr(args, "per_class", None)
     values_per_class = {"per_class": per_class} if isinstance(per_class, int) else {}
     values = {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
     values.update(values_per_class)
+    if args.snapshot_epochs:
+        values["snapshot_epochs"] = int_list(args.snapshot_epochs, "--snapshot-epochs")
     if args.model_kwargs:
         values["model_kwargs"] = parse_assignments(args.model_kwargs, "--model-kwargs")
     if args.init_kwargs:
@@ -201,7 +214,9 @@ def run_compare(args: argparse.Namespace) -> int:
         parse_init(label)  # fail before the first run, not in the middle of the grid
     per_class = int_list(args.per_class, "--per-class") if args.per_class else [None]
     base = train_config(args)
-    rows = compare(base, inits, int_list(args.seeds, "--seeds"), per_class, args.out)
+    if args.jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
+    rows = compare(base, inits, int_list(args.seeds, "--seeds"), per_class, args.out, jobs=args.jobs)
     print((Path(args.out) / "results.md").read_text(), end="")
     print(f"{len(rows)} runs; results.csv, results.md and curves.png in {args.out}")
     return 0

@@ -37,7 +37,8 @@ DATASETS_HELP = (
 
 @dataclass
 class TensorData:
-    """Images held in memory as uint8 (N, C, H, W) tensors, labels as int64 (N,)."""
+    """Images held in memory as uint8 (N, C, H, W) tensors, labels as int64 (N,); the validation
+    split (carved from the training images by `load_data(val_per_class=...)`) is empty otherwise."""
 
     name: str
     train_images: torch.Tensor
@@ -45,6 +46,8 @@ class TensorData:
     test_images: torch.Tensor
     test_labels: torch.Tensor
     classes: list[str]
+    val_images: torch.Tensor | None = None
+    val_labels: torch.Tensor | None = None
 
     @property
     def num_classes(self) -> int:
@@ -65,6 +68,7 @@ class StreamData:
     train_labels: torch.Tensor
     classes: list[str]
     channels: int = 3
+    val: torch.utils.data.Dataset | None = None
 
     @property
     def num_classes(self) -> int:
@@ -92,8 +96,10 @@ def load_data(
     per_class: int | None = None,
     train_fraction: float | None = None,
     subset_seed: int = 0,
+    val_per_class: int | None = None,
 ) -> TensorData | StreamData:
-    """Load a dataset by its --data spec, with an optional stratified training subset."""
+    """Load a dataset by its --data spec, with an optional stratified training subset and an optional
+    stratified validation split of `val_per_class` training images per class, disjoint from it."""
     name, path = parse_spec(spec)
     if name == "digits":
         data = _digits()
@@ -103,11 +109,16 @@ def load_data(
         data = _torchvision_arrays(name, Path(root), download)
     else:
         data = _torchvision_stream(name, Path(root), download)
-    keep = stratified_subset(data.train_labels, per_class, train_fraction, subset_seed)
-    if keep is not None:
-        if isinstance(data, TensorData):
+    keep, val = stratified_split(data.train_labels, per_class, train_fraction, val_per_class, subset_seed)
+    if isinstance(data, TensorData):
+        if val is not None:
+            data.val_images, data.val_labels = data.train_images[val], data.train_labels[val]
+        if keep is not None:
             data.train_images, data.train_labels = data.train_images[keep], data.train_labels[keep]
-        else:
+    else:
+        if val is not None:
+            data.val = torch.utils.data.Subset(data.train, val.tolist())
+        if keep is not None:
             data.train = torch.utils.data.Subset(data.train, keep.tolist())
             data.train_labels = data.train_labels[keep]
     return data
@@ -118,23 +129,52 @@ def stratified_subset(
 ) -> torch.Tensor | None:
     """Indices of a deterministic stratified subset: `per_class` images of every class, or `fraction`
     of each class (rounded, at least one). The draw depends on `seed` and the labels only."""
-    if per_class is None and fraction is None:
-        return None
+    return stratified_split(labels, per_class, fraction, None, seed)[0]
+
+
+def stratified_split(
+    labels: torch.Tensor, per_class: int | None, fraction: float | None, val_per_class: int | None, seed: int
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(training indices, validation indices), both stratified and deterministic (seed and labels).
+
+    Each class's images are shuffled once: the training subset is the head of that order (`per_class`
+    images, `fraction` of the class, or all but the validation images), the validation split its last
+    `val_per_class` images. So a training subset is the same with or without a validation split, and
+    with a subset smaller than the class the validation images are ones it does not use.
+    None for a part that is not asked for (training: the whole set)."""
     if per_class is not None and fraction is not None:
         raise ValueError("give --per-class or --train-fraction, not both")
     if per_class is not None and per_class < 1:
         raise ValueError(f"--per-class must be >= 1, got {per_class}")
     if fraction is not None and not 0 < fraction <= 1:
         raise ValueError(f"--train-fraction must be in (0, 1], got {fraction}")
+    if val_per_class is not None and val_per_class < 1:
+        raise ValueError(f"--val-per-class must be >= 1, got {val_per_class}")
+    if per_class is None and fraction is None and val_per_class is None:
+        return None, None
     generator = torch.Generator().manual_seed(seed)
-    chosen = []
+    train, val = [], []
     for cls in torch.unique(labels).tolist():
         members = torch.nonzero(labels == cls).flatten()
-        count = per_class if per_class is not None else max(1, round(fraction * len(members)))
-        if count > len(members):
-            raise ValueError(f"--per-class {per_class}: class {cls} has only {len(members)} training images")
-        chosen.append(members[torch.randperm(len(members), generator=generator)[:count]])
-    return torch.cat(chosen).sort().values
+        n, held = len(members), val_per_class or 0
+        if per_class is not None:
+            count = per_class
+        elif fraction is not None:
+            count = max(1, round(fraction * n))
+        else:
+            count = n - held
+        if count > n:
+            raise ValueError(f"--per-class {per_class}: class {cls} has only {n} training images")
+        if count < 1 or count + held > n:
+            raise ValueError(
+                f"--val-per-class {val_per_class}: class {cls} has {n} training images, too few for "
+                f"{max(count, 1)} training and {held} validation images"
+            )
+        order = members[torch.randperm(n, generator=generator)]
+        train.append(order[:count])
+        if held:
+            val.append(order[n - held :])
+    return torch.cat(train).sort().values, torch.cat(val).sort().values if val else None
 
 
 # --- sources ---------------------------------------------------------------------------------

@@ -173,6 +173,7 @@ def init_impulse(
     noise_std: float = 1.0,
     pos_scale: float | None = 18.0,
     blind_to_content: bool = True,
+    vproj: str = "mimetic",
     vproj_alpha: float = 0.4,
     vproj_beta: float = 0.4,
     refine_steps: int = 100,
@@ -220,12 +221,14 @@ def init_impulse(
     fidelity on CIFAR-10 images 0.68 -> 0.74 for 12 heads, 0.66 -> 0.68 for 3:
     benchmarks/bench_details.py). V/proj get
     the mimetic form
-    W_v W_proj = vproj_alpha Z - vproj_beta I (0.4, 0.4). Query/key biases are zeroed; MLPs, norms,
+    W_v W_proj = vproj_alpha Z - vproj_beta I (0.4, 0.4) with `vproj="mimetic"`, or keep the model's
+    weights (timm's init on a fresh model) with `vproj="keep"`. Query/key biases are zeroed; MLPs, norms,
     embeddings other than the position embedding, and the head are left as they are.
     """
     check_choice("assignment", assignment, ("random", "ordered"))
     check_choice("solver", solver, ("closed_form", "refine", "authors"))
     check_choice("pseudo_input", pseudo_input, ("pos_embed", "uniform", "gaussian", "pos_embed+noise"))
+    check_choice("vproj", vproj, ("mimetic", "keep"))
     if not 0.0 < target_fidelity < 1.0:
         raise ValueError(f"target_fidelity must be in (0, 1), got {target_fidelity}")
     if not noise_std >= 0:
@@ -269,7 +272,8 @@ def init_impulse(
         qs.append(q)
         ks.append(k)
         all_offsets.append(offsets)
-        write_value_proj(layer, vproj_alpha, vproj_beta, sample)
+        if vproj == "mimetic":
+            write_value_proj(layer, vproj_alpha, vproj_beta, sample)
         if propagate and i + 1 < len(layers):  # the next layer's pseudo input: this block's output
             wq, wk = layer.qk_weights()
             write_heads(wq, q), write_heads(wk, k)

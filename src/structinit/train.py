@@ -52,6 +52,7 @@ class TrainConfig:
     per_class: int | None = None
     train_fraction: float | None = None
     subset_seed: int = 0
+    val_per_class: int | None = None  # evaluate on K training images per class held out, not on the test set
     model: str = "vit_digits"
     model_kwargs: dict[str, Any] = field(default_factory=dict)
     init: str = "impulse"
@@ -79,7 +80,8 @@ class TrainConfig:
     device: str = "auto"
     workers: int = 4
     eval_batch_size: int = 512
-    eval_every: int = 1  # evaluate on the test set every k epochs, and after the last
+    eval_every: int = 1  # evaluate every k epochs, and after the last
+    snapshot_epochs: list[int] = field(default_factory=list)  # keep the weights after these epochs (0: at init)
     seed: int = 0
     out: str = "runs/run"
     resume: bool = False
@@ -91,6 +93,14 @@ class TrainConfig:
         parse_init(self.init)  # a typo fails here, not after the data has loaded
         if self.eval_every < 1:
             raise ValueError(f"eval_every must be >= 1, got {self.eval_every}")
+        if any(not 0 <= e <= self.epochs for e in self.snapshot_epochs):
+            raise ValueError(f"snapshot epochs must lie in 0..{self.epochs}, got {self.snapshot_epochs}")
+
+    @property
+    def eval_split(self) -> str:
+        """What the run evaluates on, and the prefix of its metrics: 'val' with a validation split
+        (choose settings there; the test set is not touched), else 'test'."""
+        return "val" if self.val_per_class else "test"
 
     @classmethod
     def from_preset(cls, preset: str | None, **overrides: Any) -> TrainConfig:
@@ -219,6 +229,7 @@ def _train(config: TrainConfig, device: torch.device, world: Dist) -> dict[str, 
         per_class=config.per_class,
         train_fraction=config.train_fraction,
         subset_seed=config.subset_seed,
+        val_per_class=config.val_per_class,
     )
     in_memory = isinstance(data, TensorData)
     channels = data.image_shape[0] if in_memory else data.channels
@@ -279,6 +290,8 @@ def _train(config: TrainConfig, device: torch.device, world: Dist) -> dict[str, 
         out.mkdir(parents=True, exist_ok=True)
         (out / "config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(config), sort_keys=False))
         (out / "init_report.json").write_text(json.dumps(init_report.to_dict(), indent=2))
+        if 0 in config.snapshot_epochs:
+            save_snapshot(model, out, 0)
 
     if in_memory:
         size = data.image_shape[1]
@@ -291,14 +304,17 @@ def _train(config: TrainConfig, device: torch.device, world: Dist) -> dict[str, 
     else:
         loaders = _stream_loaders(data, model, config, batch, world)
 
-    def test_batches():
-        """The process's share of the test set, as the model sees it."""
+    split = config.eval_split
+
+    def eval_batches():
+        """The process's share of the evaluation split (validation or test), as the model sees it."""
         if not in_memory:
             yield from ((x.to(device), y.to(device)) for x, y in loaders[1])
             return
+        images, labels = (data.val_images, data.val_labels) if split == "val" else (data.test_images, data.test_labels)
         normalise = BatchAugment(mean, std).normalise
-        for idx in torch.arange(world.rank, len(data.test_labels), world.world).split(config.eval_batch_size):
-            yield normalise(data.test_images[idx].to(device)), data.test_labels[idx].to(device)
+        for idx in torch.arange(world.rank, len(labels), world.world).split(config.eval_batch_size):
+            yield normalise(images[idx].to(device)), labels[idx].to(device)
 
     last_epoch = config.epochs if config.stop_after is None else min(config.epochs, config.stop_after)
     epochs = tqdm(
@@ -361,12 +377,12 @@ def _train(config: TrainConfig, device: torch.device, world: Dist) -> dict[str, 
             seen += len(images)
         train_loss = _all_reduce_sum(total_loss, world).item() / (seen * world.world)
         seconds = time.perf_counter() - started
-        metrics: dict[str, Any] = {"epoch": epoch + 1, "train_loss": train_loss}
+        metrics: dict[str, Any] = {"epoch": epoch + 1, "step": (epoch + 1) * steps_per_epoch, "train_loss": train_loss}
         evaluate = (epoch + 1) % config.eval_every == 0 or epoch + 1 == config.epochs
         if evaluate:
-            metrics.update(_evaluate(model, test_batches(), device, world, amp_dtype))
+            metrics.update(_evaluate(model, eval_batches(), device, world, amp_dtype, split))
         if ema is not None and evaluate:
-            ema_metrics = _evaluate(ema.module, test_batches(), device, world, amp_dtype)
+            ema_metrics = _evaluate(ema.module, eval_batches(), device, world, amp_dtype, split)
             metrics.update({f"ema_{k}": v for k, v in ema_metrics.items()})
         metrics.update(
             lr=optimizer.param_groups[0]["lr"],
@@ -389,8 +405,10 @@ def _train(config: TrainConfig, device: torch.device, world: Dist) -> dict[str, 
                 "config": dataclasses.asdict(config),
             }
             atomic_save(state, checkpoint_path)
+            if epoch + 1 in config.snapshot_epochs:
+                save_snapshot(model, out, epoch + 1)
             if evaluate:
-                epochs.set_postfix(loss=f"{train_loss:.3f}", top1=f"{metrics['test_top1']:.1f}")
+                epochs.set_postfix(loss=f"{train_loss:.3f}", top1=f"{metrics[f'{split}_top1']:.1f}")
     summary = {"finished": last_epoch == config.epochs, "epochs_done": last_epoch, **summary_metrics}
     summary["init"] = {k: init_report.to_dict()[k] for k in ("method", "mean_fidelity", "min_fidelity", "seconds")}
     if world.main and summary["finished"]:
@@ -431,6 +449,14 @@ def prefer_math_attention(model: nn.Module, device: torch.device, amp_dtype: tor
         for module in model.modules():
             if isinstance(getattr(module, "fused_attn", None), bool):
                 module.fused_attn = False
+
+
+def save_snapshot(model: nn.Module, out: Path, epoch: int) -> None:
+    """The model's weights after `epoch` (0: at init) in OUT/snapshots, for measuring how what the
+    init put in changes along training (benchmarks/bench_mechanism.py --part training)."""
+    folder = out / "snapshots"
+    folder.mkdir(exist_ok=True)
+    atomic_save(model.state_dict(), folder / f"epoch_{epoch:04d}.pt")
 
 
 def normalised_test_images(model: nn.Module, data: TensorData | StreamData, count: int) -> torch.Tensor:
@@ -475,8 +501,10 @@ def _normalisation(model: nn.Module, channels: int) -> tuple[tuple[float, ...], 
 
 
 @torch.no_grad()
-def _evaluate(model: nn.Module, batches, device: torch.device, world: Dist, amp_dtype) -> dict[str, float]:
-    """Top-1/top-5 (percent) and loss over the test batches of every process."""
+def _evaluate(
+    model: nn.Module, batches, device: torch.device, world: Dist, amp_dtype, split: str = "test"
+) -> dict[str, float]:
+    """Top-1/top-5 (percent) and loss over the evaluation batches of every process, named by `split`."""
     model.eval()
     totals = torch.zeros(4, device=device, dtype=torch.float64)  # top-1, top-5, loss sum, count
     for images, labels in batches:
@@ -488,7 +516,7 @@ def _evaluate(model: nn.Module, batches, device: torch.device, world: Dist, amp_
         totals[2] += nn.functional.cross_entropy(logits, labels, reduction="sum")
         totals[3] += len(labels)
     c1, c5, loss, n = _all_reduce_sum(totals, world).tolist()
-    return {"test_top1": 100 * c1 / n, "test_top5": 100 * c5 / n, "test_loss": loss / n}
+    return {f"{split}_top1": 100 * c1 / n, f"{split}_top5": 100 * c5 / n, f"{split}_loss": loss / n}
 
 
 def _stream_loaders(data: StreamData, model: nn.Module, config: TrainConfig, batch: int, world: Dist):
@@ -502,7 +530,8 @@ def _stream_loaders(data: StreamData, model: nn.Module, config: TrainConfig, bat
         hflip=0.5 if config.flip is not False else 0.0,
     )
     test_tf = create_transform(**data_config, is_training=False)
-    train_set, test_set = _Transformed(data.train, train_tf), _Transformed(data.test, test_tf)
+    train_set = _Transformed(data.train, train_tf)
+    test_set = _Transformed(data.val if config.eval_split == "val" else data.test, test_tf)
     sampler = (
         torch.utils.data.DistributedSampler(
             train_set, world.world, world.rank, shuffle=True, seed=config.seed, drop_last=True
@@ -545,11 +574,12 @@ class _Transformed(torch.utils.data.Dataset):
 
 
 def print_summary(summary: dict[str, Any], out: str | Path) -> None:
-    if "test_top1" not in summary:
+    split = next((s for s in ("test", "val") if f"{s}_top1" in summary), None)
+    if split is None:
         return
     status = "finished" if summary["finished"] else f"stopped after epoch {summary['epochs_done']}"
     print(
-        f"{status}: test top-1 {summary['test_top1']:.2f}%, top-5 {summary['test_top5']:.2f}%, "
+        f"{status}: {split} top-1 {summary[f'{split}_top1']:.2f}%, top-5 {summary[f'{split}_top5']:.2f}%, "
         f"train loss {summary['train_loss']:.4f} -> {out}"
     )
 

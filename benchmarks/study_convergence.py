@@ -1,0 +1,235 @@
+"""The convergence study: does the init's gain survive training to the end?
+
+The small-data study (docs/results.md) stops at ~300 optimiser steps, where structinit's impulse init
+wins by 6-7 points; trained to convergence on a GPU the gain vanished (../shared/FINDINGS.md). This
+script trains to convergence on a 2-core CPU, resumably, through the same trainer and grid runner as
+`structinit compare`, and writes docs/convergence.csv and the tables of docs/convergence.md:
+
+    .venv/bin/python benchmarks/study_convergence.py --part levers     # choose settings on a validation split
+    .venv/bin/python benchmarks/study_convergence.py --part protocol   # the acceptance cells, on the test set
+    .venv/bin/python benchmarks/study_convergence.py --part extended   # 100 per class, 2 heads at 500
+    .venv/bin/python benchmarks/study_convergence.py --part docs       # tables, curves, mechanism from finished runs
+    .venv/bin/python benchmarks/study_convergence.py --smoke --out /tmp/conv   # the pipeline, in a minute
+
+Protocol. CIFAR-10 (../shared/datasets/cifar10), stratified subsets of 200 and 500 images per class
+(subset seed 0, the same images as the small-data study), the full 10,000-image test set. The ViT
+`vit_w96_d4_p4`: the study ViT (32 px, patch 4, class token, learned position embedding) at width 96
+and depth 4, ~7x cheaper, so that a 3,000-step run takes ~14 min on one core; with 6 heads of
+dimension 16 (the many-small-heads variant: the study's head size) and 2 heads of dimension 48 (few
+wide heads). Batch 64, ~3,100 optimiser steps at every size: 100 epochs at 200 per class, 40 at 500,
+200 at 100. Two recipes: `light` (the cpu-quick preset: crop + flip, label smoothing 0.1, AdamW lr 1e-3
+at batch 128 scaled to 5e-4, weight decay 0.05, warm-up 5 % of the run) and `small-data` (the
+authors' preset: mixup 0.8, cutmix 1.0, RandAugment m9, random erasing 0.25, drop-path 0.1, lr 2e-3 at
+batch 128 scaled to 1e-3, warm-up 1/6 of the run as in its 50 of 300 epochs). Seeds 0, 1, 2.
+
+Levers: the 6-head ViT at 200 per class, one seed, each recipe, evaluated on a validation split of
+200 held-out training images per class (not among the 200 it trains on; the test set is not touched):
+the settings are chosen there and only the chosen ones run on the test set.
+Two runs train at once (`--jobs`), one core each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from structinit.experiments import collect, results_markdown, run_configs, run_dir, write_generated_section
+from structinit.train import TrainConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = "vit_w96_d4_p4"
+BATCH = 64
+EPOCHS = {100: 200, 200: 100, 500: 40}  # ~3,100 optimiser steps at batch 64 for every subset size
+EVAL_EVERY = {100: 10, 200: 5, 500: 2}  # 20 evaluations a run
+VAL_PER_CLASS = 200
+RECIPES: dict[str, dict[str, Any]] = {
+    # the preset, its lr scaled linearly from batch 128 to 64, and the warm-up as a fraction of the run
+    "light": {"preset": "cpu-quick", "lr": 5e-4, "warmup": 0.05},
+    "small-data": {"preset": "small-data", "lr": 1e-3, "warmup": 1 / 6},
+}
+BASELINES = ["timm", "mimetic", "impulse-authors", "impulse"]
+SEEDS = [0, 1, 2]
+SNAPSHOTS = [0, 1, 2, 5, 10, 20, 40, 70, 100]  # epochs of seed 0's weights kept for the mechanism (200/class)
+
+
+@dataclasses.dataclass
+class Grid:
+    """Runs of one model and recipe at one subset size: every init x seed."""
+
+    recipe: str
+    heads: int
+    per_class: int
+    inits: list[str]
+    seeds: list[int]
+    val: bool = False  # evaluate on the validation split instead of the test set
+
+    @property
+    def name(self) -> str:
+        return f"{self.recipe}-h{self.heads}" + ("-val" if self.val else "")
+
+
+# Each lever changes one thing of the default (or is a combination of single changes that won).
+LEVER_INITS = [
+    "impulse[target_fidelity=0.7]",  # softer maps: the softmax is not saturated, its Jacobian not ~0
+    "impulse[pos_scale=None]",  # the position embedding at timm's scale, not x18
+    "impulse[vproj=keep]",  # V/proj at timm's init instead of the mimetic form
+    "impulse[target_fidelity=0.7,pos_scale=None,vproj=keep]",  # only the attention maps: easy to leave
+    "impulse[target_fidelity=0.5]",
+    "impulse[pos_scale=6]",
+    "impulse[kernel_size=5]",
+    "impulse[blind_to_content=False]",
+    "impulse[solver=refine]",
+]
+LEVERS = [Grid(recipe, 6, 200, [*BASELINES, *LEVER_INITS], [0], val=True) for recipe in RECIPES]
+PROTOCOL = [
+    *(Grid(recipe, heads, 200, BASELINES, SEEDS) for heads in (6, 2) for recipe in RECIPES),
+    *(Grid(recipe, 6, 500, ["timm", "mimetic", "impulse"], SEEDS) for recipe in RECIPES),
+]
+EXTENDED = [
+    *(Grid(recipe, 6, 100, BASELINES, SEEDS) for recipe in RECIPES),
+    *(Grid(recipe, 2, 500, ["timm", "mimetic", "impulse"], SEEDS) for recipe in RECIPES),
+]
+# one epoch, tiny subsets and a 1-block model: the pipeline, not the numbers
+SMOKE_LEVERS = [Grid("light", 6, 8, ["timm", "impulse[target_fidelity=0.7]"], [0], val=True)]
+SMOKE_PROTOCOL = [Grid(recipe, 6, 8, ["timm", "impulse"], [0]) for recipe in RECIPES]
+
+
+def config(grid: Grid, init: str, seed: int, data: str, out: Path, smoke: bool) -> TrainConfig:
+    """The TrainConfig of one run of `grid`."""
+    recipe = RECIPES[grid.recipe]
+    epochs = 2 if smoke else EPOCHS[grid.per_class]
+    return TrainConfig.from_preset(
+        recipe["preset"],
+        data=data,
+        model=MODEL,
+        model_kwargs={"num_heads": grid.heads, **({"depth": 1} if smoke else {})},
+        per_class=grid.per_class,
+        val_per_class=(2 if smoke else VAL_PER_CLASS) if grid.val else None,
+        init=init,
+        seed=seed,
+        epochs=epochs,
+        batch_size=4 if smoke else BATCH,
+        lr=recipe["lr"],
+        warmup_epochs=round(recipe["warmup"] * epochs, 2),
+        eval_every=1 if smoke else EVAL_EVERY[grid.per_class],
+        eval_batch_size=500,
+        snapshot_epochs=(
+            [e for e in SNAPSHOTS if e <= epochs] if seed == 0 and (smoke or grid.per_class == 200) else []
+        ),
+        quiet=True,
+        out=str(run_dir(out / grid.name, grid.per_class, init, seed)),
+    )
+
+
+def rows_of(out: Path, grids: list[Grid]) -> list[dict[str, Any]]:
+    rows = []
+    for grid in grids:
+        if (out / grid.name).exists():
+            rows += [
+                {"grid": grid.name, "recipe": grid.recipe, **r}
+                for r in collect(out / grid.name)
+                if r["per_class"] == grid.per_class
+            ]
+    unique = {(r["grid"], r["per_class"], r["init"], r["seed"]): r for r in rows}
+    return list(unique.values())
+
+
+CSV_COLUMNS = [
+    "grid",
+    "recipe",
+    "dataset",
+    "model",
+    "heads",
+    "per_class",
+    "init",
+    "seed",
+    "epochs",
+    "steps",
+    "split",
+    "final_top1",
+    "best_top1",
+    "epochs_to_timm",
+    "train_loss",
+    "wall_secs",
+]
+
+
+def plateau(rows: list[dict[str, Any]]) -> float:
+    """The spread (max - min) of the seed-mean curve over the last quarter of the epochs: under about
+    one point, the run has converged."""
+    curves = [dict(r["curve"]) for r in rows]
+    epochs = sorted(set.intersection(*(set(c) for c in curves)))
+    last = [e for e in epochs if e > 0.75 * epochs[-1]] or epochs[-1:]
+    means = [statistics.mean(c[e] for c in curves) for e in last]
+    return max(means) - min(means)
+
+
+def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid]) -> None:
+    """docs/convergence.csv (one row per run), a curves figure per grid, and the tables of
+    docs/convergence.md between its markers."""
+    from structinit.plots import plot_curves
+
+    figures = docs / "figures"
+    figures.mkdir(parents=True, exist_ok=True)
+    with open(docs / "convergence.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, CSV_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows({**r, "final_top1": r["top1"]} for r in rows)
+    sections = []
+    for name in dict.fromkeys(g.name for g in grids):
+        grid_rows = [r for r in rows if r["grid"] == name]
+        if not grid_rows:
+            continue
+        plot_curves(grid_rows, figures / f"convergence-{name}.png")
+        spreads = []
+        for per_class in sorted({r["per_class"] for r in grid_rows}):
+            for init in dict.fromkeys(r["init"] for r in grid_rows):
+                cell = [r for r in grid_rows if r["per_class"] == per_class and r["init"] == init]
+                if cell:
+                    spreads.append(f"{init} at {per_class}/class {plateau(cell):.1f}")
+        sections.append(
+            f"### {name}\n\n{results_markdown(grid_rows)}\nPlateau (spread of the mean curve over the last "
+            f"quarter of the epochs, points): {'; '.join(spreads)}.\n\n"
+            f"![curves of {name}](figures/convergence-{name}.png)\n"
+        )
+    hours = sum(r["wall_secs"] for r in rows) / 3600
+    body = f"Finished runs: {len(rows)}, {hours:.1f} h of run wall-clock (two at a time).\n\n" + (
+        "\n".join(sections) or "No finished runs yet.\n"
+    )
+    write_generated_section(docs / "convergence.md", body, "benchmarks/study_convergence.py")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default="cifar10:../shared/datasets/cifar10", help="structinit --data spec")
+    parser.add_argument("--part", choices=["levers", "protocol", "extended", "docs"], default="protocol")
+    parser.add_argument("--out", default="runs/convergence", help="run directories (resumable)")
+    parser.add_argument("--docs", default=None, help="where the docs go (default docs/; with --smoke, OUT/docs)")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at once, one process each")
+    parser.add_argument("--smoke", action="store_true", help="tiny model and subsets, 2 epochs: checks the pipeline")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    docs = Path(args.docs) if args.docs else (out / "docs" if args.smoke else ROOT / "docs")
+    levers, protocol, extended = (SMOKE_LEVERS, SMOKE_PROTOCOL, []) if args.smoke else (LEVERS, PROTOCOL, EXTENDED)
+    grids = {"levers": levers, "protocol": protocol, "extended": extended, "docs": []}[args.part]
+    # seed-major, then init, then grid: a partial run already answers every grid for the first seed
+    order = sorted((seed, i, k) for k, g in enumerate(grids) for seed in g.seeds for i in range(len(g.inits)))
+    configs = [config(grids[k], grids[k].inits[i], seed, args.data, out, args.smoke) for seed, i, k in order]
+    start = time.perf_counter()
+    if configs:
+        print(f"{args.part}: {len(configs)} runs, {args.jobs} at a time", flush=True)
+        run_configs(configs, jobs=args.jobs, root=out)
+    rows = rows_of(out, levers + protocol + extended)
+    write_docs(rows, docs, levers + protocol + extended)
+    print(f"done in {time.perf_counter() - start:.0f} s; {docs / 'convergence.md'}, {docs / 'convergence.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

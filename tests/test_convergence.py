@@ -1,0 +1,207 @@
+"""The convergence study's building blocks: validation split, time to accuracy, parallel grids,
+V/proj left alone, weight snapshots, and the study script's --smoke mode."""
+
+import csv
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import structinit
+from conftest import make_imagefolder
+from structinit.data import load_data, stratified_split, stratified_subset
+from structinit.experiments import compare, epochs_to_reach, results_markdown, time_to_accuracy
+from structinit.train import TrainConfig, train
+
+SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "study_convergence.py"
+FAST = dict(data="digits", per_class=20, model="vit_digits", model_kwargs={"depth": 1}, batch_size=50, quiet=True)
+
+
+# --- the validation split ----------------------------------------------------------------------
+
+
+def test_validation_split_is_stratified_disjoint_and_deterministic():
+    labels = load_data("digits").train_labels
+    train_idx, val_idx = stratified_split(labels, 20, None, 15, seed=0)
+    assert torch.bincount(labels[train_idx]).tolist() == [20] * 10
+    assert torch.bincount(labels[val_idx]).tolist() == [15] * 10
+    assert not set(train_idx.tolist()) & set(val_idx.tolist())
+    again = stratified_split(labels, 20, None, 15, seed=0)
+    assert torch.equal(again[0], train_idx) and torch.equal(again[1], val_idx)
+    other = stratified_split(labels, 20, None, 15, seed=1)
+    assert not torch.equal(other[1], val_idx)
+    # the training subset does not depend on whether a validation split is carved out
+    assert torch.equal(train_idx, stratified_subset(labels, 20, None, seed=0))
+    # without a subset, the validation images leave the training set
+    everything, held = stratified_split(labels, None, None, 15, seed=0)
+    assert len(everything) + len(held) == len(labels) and not set(everything.tolist()) & set(held.tolist())
+
+
+@pytest.mark.parametrize(
+    "per_class,val,message",
+    [
+        (None, 0, "--val-per-class must be >= 1"),
+        (100, 100, "class 0 has 142 training images, too few for 100 training and 100 validation"),
+        (None, 142, "too few for 1 training and 142 validation images"),
+    ],
+)
+def test_impossible_validation_splits_are_refused(per_class, val, message):
+    with pytest.raises(ValueError, match=message):
+        load_data("digits", per_class=per_class, val_per_class=val)
+
+
+def test_a_run_with_a_validation_split_never_touches_the_test_set(tmp_path, monkeypatch):
+    """It evaluates on the held-out training images (val_* metrics) and trains exactly what the run
+    without the split trains: the same subset, the same weights."""
+    seen = []
+    real = structinit.train._evaluate
+
+    def spy(model, batches, device, world, amp, split="test"):
+        batches = list(batches)
+        seen.append((split, sum(len(y) for _, y in batches)))
+        return real(model, iter(batches), device, world, amp, split)
+
+    monkeypatch.setattr(structinit.train, "_evaluate", spy)
+    summary = train(TrainConfig(**FAST, epochs=2, val_per_class=30, out=str(tmp_path / "val")))
+    assert seen == [("val", 300), ("val", 300)]
+    assert "val_top1" in summary and "test_top1" not in summary
+    train(TrainConfig(**FAST, epochs=2, out=str(tmp_path / "test")))
+    assert seen[2:] == [("test", 360), ("test", 360)]
+    a = torch.load(tmp_path / "val" / "last.pt", weights_only=False)["model"]
+    b = torch.load(tmp_path / "test" / "last.pt", weights_only=False)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+# --- time to accuracy --------------------------------------------------------------------------
+
+
+def test_epochs_to_reach_is_the_first_evaluated_epoch_at_or_above_the_target():
+    curve = [(10, 30.0), (5, 20.0), (15, 45.0), (20, 44.0)]
+    assert epochs_to_reach(curve, 30.0) == 10  # reaching counts; the curve need not be sorted
+    assert epochs_to_reach(curve, 44.5) == 15
+    assert epochs_to_reach(curve, 45.1) is None
+    assert epochs_to_reach([], 1.0) is None
+
+
+def row(init, seed, top1, curve, per_class=200, split="test"):
+    return dict(
+        dataset="c", model="m", heads=6, per_class=per_class, epochs=20, split=split, init=init, seed=seed,
+        top1=top1, best_top1=max(t for _, t in curve), top5=90.0, train_loss=1.0, curve=curve,
+    )  # fmt: skip
+
+
+def test_time_to_accuracy_uses_the_mean_final_top1_of_timm_in_the_same_cell():
+    rows = [
+        row("timm", 0, 40.0, [(10, 35.0), (20, 40.0)]),
+        row("timm", 1, 44.0, [(10, 41.0), (20, 44.0)]),  # timm's mean final: 42
+        row("impulse", 0, 43.0, [(10, 42.0), (20, 43.0)]),
+        row("impulse", 1, 41.0, [(10, 38.0), (20, 41.0)]),
+        row("impulse", 0, 50.0, [(10, 50.0), (20, 50.0)], per_class=500),  # a cell without timm
+        row("timm", 0, 10.0, [(10, 10.0), (20, 10.0)], split="val"),  # another split: another cell
+    ]
+    time_to_accuracy(rows)
+    assert [r.get("epochs_to_timm", "absent") for r in rows] == [None, 20, 10, None, "absent", 10]
+    table = results_markdown(rows)
+    assert "| c | m | 6 | 200 | 20 | test | impulse | 2 | 42.00 ± 1.41 | 42.00 | 10 (1/2) |" in table
+    assert "| c | m | 6 | 200 | 20 | test | timm | 2 | 42.00 ± 2.83 | 42.00 | 20 (1/2) |" in table
+    assert "| c | m | 6 | 500 | 20 | test | impulse | 1 | 50.00 ± - | 50.00 | - |" in table
+    assert "| c | m | 6 | 200 | 20 | val | timm | 1 | 10.00 ± - |" in table  # not averaged with the test runs
+
+
+# --- grids, init options, snapshots --------------------------------------------------------------
+
+
+def test_a_parallel_grid_gives_the_rows_of_a_sequential_one(tmp_path):
+    base = TrainConfig(**{**FAST, "per_class": None}, epochs=2, eval_every=1)
+    sequential = compare(base, ["timm", "impulse"], [0], [10], tmp_path / "seq")
+    parallel = compare(base, ["timm", "impulse"], [0], [10], tmp_path / "par", jobs=2)
+    key = lambda r: (r["init"], r["seed"])  # noqa: E731
+    for a, b in zip(sorted(sequential, key=key), sorted(parallel, key=key)):
+        assert (a["init"], a["steps"], a["epochs"], a["split"]) == (b["init"], b["steps"], b["epochs"], b["split"])
+        assert a["top1"] == pytest.approx(b["top1"], abs=100 / 360 + 1e-9)  # one thread vs two: rounding only
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-3)
+    header = (tmp_path / "par" / "results.csv").read_text().splitlines()[0]
+    assert header.startswith("dataset,model,heads,per_class,init,seed,epochs,steps,split,top1,best_top1,epochs_to_timm")
+
+
+def test_vproj_keep_leaves_value_and_projection_as_they_were(make_vit):
+    model = make_vit()
+    structinit.initialize(model, "timm", seed=0)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    report = structinit.initialize(model, "impulse", seed=0, vproj="keep")
+    dim = model.embed_dim
+    for i, block in enumerate(model.blocks):
+        qkv = block.attn.qkv.weight
+        assert torch.equal(qkv[2 * dim :], before[f"blocks.{i}.attn.qkv.weight"][2 * dim :])
+        assert torch.equal(block.attn.proj.weight, before[f"blocks.{i}.attn.proj.weight"])
+        assert not torch.equal(qkv[:dim], before[f"blocks.{i}.attn.qkv.weight"][:dim])
+    assert report.min_fidelity >= 0.97 and report.options["vproj"] == "keep"
+    with pytest.raises(ValueError, match="vproj"):
+        structinit.initialize(make_vit(), "impulse", seed=0, vproj="zero")
+
+
+def test_snapshots_keep_the_weights_at_init_and_after_the_chosen_epochs(tmp_path):
+    out = tmp_path / "run"
+    train(TrainConfig(**FAST, epochs=3, snapshot_epochs=[0, 2], out=str(out)))
+    names = sorted(p.name for p in (out / "snapshots").iterdir())
+    assert names == ["epoch_0000.pt", "epoch_0002.pt"]
+    final = torch.load(out / "last.pt", weights_only=False)["model"]
+    at_init = torch.load(out / "snapshots" / "epoch_0000.pt", weights_only=True)
+    assert set(at_init) == set(final) and not torch.equal(at_init["pos_embed"], final["pos_embed"])
+    with pytest.raises(ValueError, match=r"snapshot epochs must lie in 0..3"):
+        TrainConfig(**FAST, epochs=3, snapshot_epochs=[4])
+
+
+# --- the study script ----------------------------------------------------------------------------
+
+
+def load_study():
+    spec = importlib.util.spec_from_file_location("study_convergence", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_smoke_convergence_study_runs_levers_on_validation_and_the_protocol_on_test(tmp_path):
+    study = load_study()
+    data = make_imagefolder(tmp_path / "images", 32, per_class=12, classes=["a", "b", "c"])
+    out = tmp_path / "conv"
+    args = ["--smoke", "--data", f"imagefolder:{data}", "--out", str(out), "--jobs", "1"]
+    assert study.main([*args, "--part", "levers"]) == 0
+    assert study.main([*args, "--part", "protocol"]) == 0
+    with open(out / "docs" / "convergence.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0])[:14] == [
+        "grid", "recipe", "dataset", "model", "heads", "per_class", "init", "seed", "epochs", "steps", "split",
+        "final_top1", "best_top1", "epochs_to_timm",
+    ]  # fmt: skip
+    by_grid = {(r["grid"], r["init"]): r for r in rows}
+    assert set(by_grid) == {
+        ("light-h6-val", "timm"),
+        ("light-h6-val", "impulse[target_fidelity=0.7]"),
+        ("light-h6", "timm"),
+        ("light-h6", "impulse"),
+        ("small-data-h6", "timm"),
+        ("small-data-h6", "impulse"),
+    }
+    assert {r["split"] for r in rows if r["grid"].endswith("-val")} == {"val"}
+    assert {r["split"] for r in rows if not r["grid"].endswith("-val")} == {"test"}
+    assert all(r["epochs"] == "2" and r["steps"] == "12" and r["heads"] == "6" for r in rows)  # 2 x 24 images / 4
+    assert all(r["epochs_to_timm"] in ("", "1", "2") for r in rows) and by_grid["light-h6", "timm"]["epochs_to_timm"]
+    # the recipes differ as the protocol says: mixing, RandAugment, a warm-up of 1/6 of the run
+    config = json.loads(json.dumps(__import__("yaml").safe_load(
+        (out / "small-data-h6" / "per_class_8" / "impulse-seed0" / "config.yaml").read_text()
+    )))  # fmt: skip
+    assert config["mixup"] == 0.8 and config["randaugment"] and config["warmup_epochs"] == 0.33
+    assert (out / "light-h6" / "per_class_8" / "timm-seed0" / "snapshots" / "epoch_0002.pt").exists()
+    text = (out / "docs" / "convergence.md").read_text()
+    assert "### light-h6-val" in text and "| val | impulse[target_fidelity=0.7] | 1 |" in text
+    assert "Plateau" in text and (out / "docs" / "figures" / "convergence-light-h6.png").exists()
+    # a rerun trains nothing new
+    before = {p: p.stat().st_mtime_ns for p in out.glob("*/*/*/summary.json")}
+    assert study.main([*args, "--part", "protocol"]) == 0
+    assert {p: p.stat().st_mtime_ns for p in out.glob("*/*/*/summary.json")} == before
