@@ -15,6 +15,12 @@ For the study's ViT (width 192, depth 6, 32 px / patch 4) with 12 heads (dimensi
 `--part width128`: the same for theory.py's ViT (width 128, depth 8, 4 / 8 / 16 heads), where the
 impulse init trained worse with more heads. `--part layers`: per layer, the mass each head's map puts
 on its assigned offset on the images, for the impulse init with and without `propagate`.
+`--part training`: along training, from the weight snapshots of the convergence study's runs
+(benchmarks/study_convergence.py keeps seed 0's weights at epochs 0, 1, 2, 5, 10, 20, 40, 70, 100), on
+256 held-out CIFAR-10 training images (its validation split; the test set is not used): the mass on
+the offsets the init assigned, the best-offset mass and the entropy of the attention, the position
+embedding against the patch embeddings, the V/proj product's identity term and stable rank, and the
+Q/K and whole-model weight norms. Written to docs/convergence.md (between its mechanism markers).
 `--part conditioning`: how far the Q/K solve may invert the pseudo input's spectrum (`rcond`), for a
 learned table (the study ViT), a fixed sin-cos table (the paper's v1 ViT, average pooling) and ViT-T
 at 224 px (64 test images upsampled): the weights' size and the gradient the first step sees.
@@ -23,6 +29,7 @@ at 224 px (64 test images upsampled): the weights' size and the gradient the fir
     .venv/bin/python benchmarks/bench_mechanism.py --part width128
     .venv/bin/python benchmarks/bench_mechanism.py --part layers
     .venv/bin/python benchmarks/bench_mechanism.py --part conditioning
+    .venv/bin/python benchmarks/bench_mechanism.py --part training [--runs runs/convergence]
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from __future__ import annotations
 import argparse
 import platform
 import sys
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -37,9 +45,10 @@ from torch import nn
 import structinit
 from structinit.adapters import get_adapter
 from structinit.data import load_data
+from structinit.experiments import write_generated_section
 from structinit.fidelity import layer_inputs, offset_mass
 from structinit.rank import feature_ranks
-from structinit.train import TrainConfig, build_model, normalised_test_images
+from structinit.train import TrainConfig, build_model, normalise_for, normalised_test_images
 
 DATA = "cifar10:../shared/datasets/cifar10"
 INITS = [
@@ -154,10 +163,91 @@ def gradient_ratios(model: nn.Module, images: torch.Tensor, labels: torch.Tensor
     return qk, mlp
 
 
+def snapshot_measures(model: nn.Module, images: torch.Tensor, offsets: list[list] | None) -> dict[str, float]:
+    """What the init put in, measured on `images` for a model at some point of training (see --part training)."""
+    adapter = get_adapter(model)
+    prefix = adapter.num_prefix_tokens
+    with torch.no_grad():
+        on_target = (
+            [
+                float(offset_mass(layer.attention(x).float(), o, adapter.grid, prefix).mean())
+                for layer, x, o in zip(adapter.layers(), layer_inputs(adapter, images), offsets)
+            ]
+            if offsets
+            else None
+        )
+        pos = model.pos_embed[0, prefix:]
+        patches = adapter.patch_tokens(images)
+        identity, ranks = [], []
+        for layer in adapter.layers():
+            wv, wproj = layer.value_weights()
+            product = (wv.T @ wproj.T).double()  # x -> x W_v^T W_proj^T, the value path
+            identity.append(float(torch.trace(product)) / product.shape[0])
+            ranks.append(float(product.norm() ** 2 / torch.linalg.matrix_norm(product, 2) ** 2))
+        qk = [float(torch.cat(layer.qk_weights()).norm()) for layer in adapter.layers()]
+        weights = float(torch.sqrt(sum((p.detach() ** 2).sum() for p in model.parameters())))
+    return {
+        "on_target_l0": on_target[0] if on_target else float("nan"),
+        "on_target": sum(on_target) / len(on_target) if on_target else float("nan"),
+        "best_offset": structinit.fidelity(model, images).mean_fidelity,
+        "entropy": entropy_fraction(model, images),
+        "pos_over_patch": float(pos.pow(2).mean().sqrt() / patches.pow(2).mean().sqrt()),
+        "vproj_identity": sum(identity) / len(identity),
+        "vproj_stable_rank": sum(ranks) / len(ranks),
+        "qk_norm": sum(qk) / len(qk),
+        "weight_norm": weights,
+    }
+
+
+def training_part(runs: Path, docs: Path, held_out: int = 26) -> None:
+    """Per run with snapshots, per snapshot epoch, `snapshot_measures` on held-out training images."""
+    import yaml
+
+    header = (
+        "| run | epoch | on assigned offset, layer 0 / all | best-offset mass | entropy / log T | pos / patch RMS "
+        "| V/proj identity term | V/proj stable rank | Q/K norm (per layer) | weight norm |\n"
+        "|---|---|---|---|---|---|---|---|---|---|"
+    )
+    lines, datasets = [header], {}
+    for folder in sorted(runs.glob("*/per_class_*/*-seed0/snapshots")):
+        run = folder.parent
+        config = TrainConfig(**yaml.safe_load((run / "config.yaml").read_text()))
+        key = (config.data, config.per_class)
+        if key not in datasets:  # CIFAR-10: 26 held-out images per class, of which the first 256 are used
+            datasets[key] = load_data(config.data, per_class=config.per_class, val_per_class=held_out)
+        data = datasets[key]
+        model, report = build_model(config, data)
+        offsets = [[h.offset for h in layer.heads] for layer in report.layers] if "impulse" in config.init else None
+        images = normalise_for(model, data.val_images[:256])
+        name = f"{run.parent.parent.name} {run.name.removesuffix('-seed0')}"
+        for snapshot in sorted(folder.glob("epoch_*.pt")):
+            model.load_state_dict(torch.load(snapshot, map_location="cpu", weights_only=True))
+            model.eval()
+            m = snapshot_measures(model, images, offsets)
+            on_target = f"{m['on_target_l0']:.2f} / {m['on_target']:.2f}" if offsets else "-"
+            lines.append(
+                f"| {name} | {int(snapshot.stem.split('_')[1])} | {on_target} "
+                f"| {m['best_offset']:.2f} | {m['entropy']:.2f} | {m['pos_over_patch']:.2f} "
+                f"| {m['vproj_identity']:+.3f} | {m['vproj_stable_rank']:.1f} | {m['qk_norm']:.1f} "
+                f"| {m['weight_norm']:.1f} |"
+            )
+            print(lines[-1], flush=True)
+    machine = f"torch {torch.__version__}, {platform.machine()}"
+    body = f"Measured by `bench_mechanism.py --part training` ({machine}).\n\n" + "\n".join(lines) + "\n"
+    write_generated_section(docs / "convergence.md", body, "benchmarks/bench_mechanism.py --part training", "mechanism")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--part", choices=[*PARTS, "layers", "conditioning"], default="study")
-    part = parser.parse_args(argv).part
+    parser.add_argument("--part", choices=[*PARTS, "layers", "conditioning", "training"], default="study")
+    parser.add_argument("--runs", default="runs/convergence", help="--part training: the convergence study's runs")
+    parser.add_argument("--docs", default=str(Path(__file__).resolve().parent.parent / "docs"))
+    parser.add_argument("--held-out", type=int, default=26, help="--part training: held-out images per class")
+    args = parser.parse_args(argv)
+    part = args.part
+    if part == "training":
+        training_part(Path(args.runs), Path(args.docs), args.held_out)
+        return 0
     data = load_data(DATA, per_class=200)
     print(f"# Init mechanism (torch {torch.__version__}, {platform.machine()}, 256 CIFAR-10 test images, seed 0)\n")
     if part == "layers":

@@ -158,16 +158,8 @@ def test_snapshots_keep_the_weights_at_init_and_after_the_chosen_epochs(tmp_path
 # --- the study script ----------------------------------------------------------------------------
 
 
-def load_study():
-    spec = importlib.util.spec_from_file_location("study_convergence", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_smoke_convergence_study_runs_levers_on_validation_and_the_protocol_on_test(tmp_path):
-    study = load_study()
+    study = load_script("study_convergence")
     data = make_imagefolder(tmp_path / "images", 32, per_class=12, classes=["a", "b", "c"])
     out = tmp_path / "conv"
     args = ["--smoke", "--data", f"imagefolder:{data}", "--out", str(out), "--jobs", "1"]
@@ -205,3 +197,28 @@ def test_smoke_convergence_study_runs_levers_on_validation_and_the_protocol_on_t
     before = {p: p.stat().st_mtime_ns for p in out.glob("*/*/*/summary.json")}
     assert study.main([*args, "--part", "protocol"]) == 0
     assert {p: p.stat().st_mtime_ns for p in out.glob("*/*/*/summary.json")} == before
+
+    # the mechanism along training, from the seed-0 snapshots, into its own section of the same file
+    mechanism = load_script("bench_mechanism")
+    docs = out / "docs"
+    assert mechanism.main(["--part", "training", "--runs", str(out), "--docs", str(docs), "--held-out", "2"]) == 0
+    text = (docs / "convergence.md").read_text()
+    assert "### light-h6-val" in text  # the study's tables stay
+    section = text[text.index("<!-- mechanism:begin -->") :]
+    rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| light-h6 ")]
+    assert [(r[0], r[1]) for r in rows] == [("| light-h6 impulse", e) for e in "012"] + [
+        ("| light-h6 timm", e) for e in "012"
+    ]
+    impulse, timm = rows[0], rows[3]
+    layer0 = float(impulse[2].split(" / ")[0])
+    assert layer0 > 0.2 and timm[2] == "-"  # assigned offsets exist for the impulse init only
+    assert float(impulse[5]) > 10 * float(timm[5])  # the position embedding x18 against the patches
+    assert float(impulse[6]) == pytest.approx(-0.4, abs=0.02) and abs(float(timm[6])) < 0.02  # mimetic V/proj
+
+
+def load_script(name):
+    spec = importlib.util.spec_from_file_location(name, SCRIPT.parent / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -459,11 +459,16 @@ def save_snapshot(model: nn.Module, out: Path, epoch: int) -> None:
     atomic_save(model.state_dict(), folder / f"epoch_{epoch:04d}.pt")
 
 
+def normalise_for(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
+    """uint8 images (B, C, H, W) as `model` sees them at evaluation."""
+    mean, std = _normalisation(model, images.shape[1])
+    return BatchAugment(mean, std).normalise(images)
+
+
 def normalised_test_images(model: nn.Module, data: TensorData | StreamData, count: int) -> torch.Tensor:
     """The first `count` test images, as the model sees them at evaluation."""
     if isinstance(data, TensorData):
-        mean, std = _normalisation(model, data.image_shape[0])
-        return BatchAugment(mean, std).normalise(data.test_images[:count])
+        return normalise_for(model, data.test_images[:count])
     transform = create_transform(**_data_config(model), is_training=False)
     return torch.stack([transform(data.test[i][0]) for i in range(min(count, len(data.test)))])
 
