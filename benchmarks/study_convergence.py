@@ -10,6 +10,7 @@ script trains to convergence on a 2-core CPU, resumably, through the same traine
     .venv/bin/python benchmarks/study_convergence.py --part extended   # 100 per class, 2 heads at 500
     .venv/bin/python benchmarks/study_convergence.py --part docs       # tables, curves, mechanism from finished runs
     .venv/bin/python benchmarks/study_convergence.py --smoke --out /tmp/conv   # the pipeline, in a minute
+    .venv/bin/python benchmarks/study_convergence.py --part sizing     # why this model: step times (idle machine)
 
 Protocol. CIFAR-10 (../shared/datasets/cifar10), stratified subsets of 200 and 500 images per class
 (subset seed 0, the same images as the small-data study), the full 10,000-image test set. The ViT
@@ -205,15 +206,74 @@ def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid]) -> Non
     write_generated_section(docs / "convergence.md", body, "benchmarks/study_convergence.py")
 
 
+# (width, depth, heads, batch, threads, processes at once): the sizes the model was chosen among
+SIZES = [
+    (192, 6, 12, 128, 2, 1),
+    (192, 6, 3, 128, 2, 1),
+    (144, 3, 9, 128, 2, 1),
+    (96, 4, 6, 128, 2, 1),
+    (96, 4, 6, 64, 2, 1),
+    (96, 4, 6, 64, 1, 2),
+    (96, 4, 2, 64, 2, 1),
+    (64, 4, 4, 64, 2, 1),
+]
+
+
+def step_time(width: int, depth: int, heads: int, batch: int, threads: int, steps: int = 20) -> float:
+    """Seconds per AdamW training step of the ViT on random 32 px images (after 3 warm-up steps)."""
+    import timm
+    import torch
+
+    torch.set_num_threads(threads)
+    model = timm.create_model(
+        "vit_tiny_patch16_224", img_size=32, patch_size=4, embed_dim=width, depth=depth, num_heads=heads,
+        num_classes=10,
+    )  # fmt: skip
+    optimizer = torch.optim.AdamW(model.parameters(), 1e-3)
+    images, labels = torch.randn(batch, 3, 32, 32), torch.randint(0, 10, (batch,))
+    for i in range(3 + steps):
+        if i == 3:
+            start = time.perf_counter()
+        loss = torch.nn.functional.cross_entropy(model(images), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return (time.perf_counter() - start) / steps
+
+
+def sizing() -> None:
+    """The step time of each candidate size, alone or with a second identical process beside it."""
+    import concurrent.futures
+    import multiprocessing
+    import platform
+
+    print(f"# {platform.processor() or platform.machine()}, {__import__('os').cpu_count()} cores\n")
+    print("| width | depth | heads | batch | threads | runs at once | ms per step | 3,000 steps (min) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for width, depth, heads, batch, threads, parallel in SIZES:
+        context = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(parallel, mp_context=context) as pool:
+            times = list(pool.map(step_time, *zip(*[(width, depth, heads, batch, threads)] * parallel)))
+        for seconds in times:
+            print(
+                f"| {width} | {depth} | {heads} | {batch} | {threads} | {parallel} | {seconds * 1000:.0f} "
+                f"| {3000 * seconds / 60:.1f} |",
+                flush=True,
+            )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default="cifar10:../shared/datasets/cifar10", help="structinit --data spec")
-    parser.add_argument("--part", choices=["levers", "protocol", "extended", "docs"], default="protocol")
+    parser.add_argument("--part", choices=["levers", "protocol", "extended", "docs", "sizing"], default="protocol")
     parser.add_argument("--out", default="runs/convergence", help="run directories (resumable)")
     parser.add_argument("--docs", default=None, help="where the docs go (default docs/; with --smoke, OUT/docs)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at once, one process each")
     parser.add_argument("--smoke", action="store_true", help="tiny model and subsets, 2 epochs: checks the pipeline")
     args = parser.parse_args(argv)
+    if args.part == "sizing":
+        sizing()
+        return 0
     out = Path(args.out)
     docs = Path(args.docs) if args.docs else (out / "docs" if args.smoke else ROOT / "docs")
     levers, protocol, extended = (SMOKE_LEVERS, SMOKE_PROTOCOL, []) if args.smoke else (LEVERS, PROTOCOL, EXTENDED)

@@ -214,7 +214,9 @@ def init_impulse(
     inverted whole; a fixed sin-cos table's (rank 15, down to 7e-4) or ViT-T's at 224 px is not:
     inverting all of it made the sin-cos ViT's Q/K weights ~750x larger and its init patch-embedding
     gradient ~50,000x, and it trained to 17.5% instead of 36.0% (benchmarks/bench_mechanism.py
-    --part conditioning; benchmarks/study_small_data.py).
+    --part conditioning; benchmarks/study_small_data.py). Where the directions above rcond are too few
+    for an offset to reach `target_fidelity` (the paper's 256-token grid with a sin-cos table keeps 11
+    for heads of dimension 16), the next ones are added until it does (13 there).
     `blind_to_content`: where the patch embedding can only reach a subspace of less than half the
     width (small patches: 3 x 4 x 4 = 48 of 192 dimensions at 32 px / patch 4), Q and K are solved
     outside it, so that patch content reaches the logits only through the norm's scale (first-layer
