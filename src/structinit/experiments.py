@@ -16,7 +16,7 @@ import multiprocessing
 import os
 import re
 import statistics
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +98,7 @@ def run_configs(configs: list[TrainConfig], jobs: int = 1, root: Path | None = N
         finished = 0
         pending = set(futures)
         while pending:
-            done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
                 if future.exception() is not None:
                     for other in pending:
