@@ -199,8 +199,12 @@ def snapshot_measures(model: nn.Module, images: torch.Tensor, offsets: list[list
     }
 
 
+TRAINING_EPOCHS = (0, 10, 40)  # the snapshots the table shows, with each run's last
+
+
 def training_part(runs: Path, docs: Path, held_out: int = 26) -> None:
-    """Per run with snapshots, per snapshot epoch, `snapshot_measures` on held-out training images."""
+    """Per run with snapshots, at epochs 0, 10, 40 and its last snapshot, `snapshot_measures` on
+    held-out training images."""
     import yaml
 
     header = (
@@ -220,7 +224,10 @@ def training_part(runs: Path, docs: Path, held_out: int = 26) -> None:
         offsets = [[h.offset for h in layer.heads] for layer in report.layers] if "impulse" in config.init else None
         images = normalise_for(model, data.val_images[:256])
         name = f"{run.parent.parent.name} {run.name.removesuffix('-seed0')}"
-        for snapshot in sorted(folder.glob("epoch_*.pt")):
+        snapshots = sorted(folder.glob("epoch_*.pt"))
+        for snapshot in snapshots:
+            if int(snapshot.stem.split("_")[1]) not in TRAINING_EPOCHS and snapshot != snapshots[-1]:
+                continue
             model.load_state_dict(torch.load(snapshot, map_location="cpu", weights_only=True))
             model.eval()
             m = snapshot_measures(model, images, offsets)
