@@ -33,14 +33,15 @@ def plot_curves(rows: list[dict[str, Any]], path: Path) -> None:
                 (line,) = ax.plot(
                     epochs,
                     data.mean(0),
-                    label=f"{init} ({len(curves)} seeds)",
+                    label=f"{init} ({len(curves)} seed{'s' if len(curves) > 1 else ''})",
                     color=None if line is None else line.get_color(),
                     marker="o" if length < 6 else None,
                 )
                 if len(curves) > 1:
                     ax.fill_between(epochs, data.min(0), data.max(0), alpha=0.2, color=line.get_color())
         top.set_title(f"{dataset}, {per_class + ' per class' if per_class else 'all images'}")
-        top.set_ylabel("test top-1 (%)")
+        splits = {r.get("split", "test") for r in setting_rows}
+        top.set_ylabel(f"{'validation' if splits == {'val'} else 'test'} top-1 (%)")
         bottom.set_ylabel("training loss")
         bottom.set_xlabel("epoch")
         for ax in (top, bottom):
