@@ -132,16 +132,15 @@ def config(grid: Grid, init: str, seed: int, data: str, out: Path, smoke: bool) 
 
 
 def rows_of(out: Path, grids: list[Grid]) -> list[dict[str, Any]]:
+    """The finished runs of `grids`, each grid directory read once (grids of one recipe and head count
+    share it, one subset size each)."""
     rows = []
-    for grid in grids:
-        if (out / grid.name).exists():
-            rows += [
-                {"grid": grid.name, "recipe": grid.recipe, **r}
-                for r in collect(out / grid.name)
-                if r["per_class"] == grid.per_class
-            ]
-    unique = {(r["grid"], r["per_class"], r["init"], r["seed"]): r for r in rows}
-    return list(unique.values())
+    for name in dict.fromkeys(g.name for g in grids):
+        sizes = {g.per_class for g in grids if g.name == name}
+        recipe = next(g.recipe for g in grids if g.name == name)
+        if (out / name).exists():
+            rows += [{"grid": name, "recipe": recipe, **r} for r in collect(out / name) if r["per_class"] in sizes]
+    return rows
 
 
 CSV_COLUMNS = [

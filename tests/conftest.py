@@ -1,3 +1,7 @@
+import importlib.util
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import timm
@@ -33,3 +37,15 @@ def make_imagefolder(root, size, per_class=4, classes=("cat", "dog"), splits=("t
                 pixels = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
                 Image.fromarray(pixels).save(folder / f"{i}.png")
     return root
+
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def load_benchmark(name):
+    """A script of benchmarks/ as a module (registered in sys.modules: its dataclasses look it up)."""
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module

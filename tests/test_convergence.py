@@ -2,21 +2,17 @@
 V/proj left alone, weight snapshots, and the study script's --smoke mode."""
 
 import csv
-import importlib.util
-import json
-import sys
-from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 import structinit
-from conftest import make_imagefolder
+from conftest import load_benchmark, make_imagefolder
 from structinit.data import load_data, stratified_split, stratified_subset
 from structinit.experiments import compare, epochs_to_reach, results_markdown, time_to_accuracy
 from structinit.train import TrainConfig, train
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "study_convergence.py"
 FAST = dict(data="digits", per_class=20, model="vit_digits", model_kwargs={"depth": 1}, batch_size=50, quiet=True)
 
 
@@ -159,7 +155,7 @@ def test_snapshots_keep_the_weights_at_init_and_after_the_chosen_epochs(tmp_path
 
 
 def test_smoke_convergence_study_runs_levers_on_validation_and_the_protocol_on_test(tmp_path):
-    study = load_script("study_convergence")
+    study = load_benchmark("study_convergence")
     data = make_imagefolder(tmp_path / "images", 32, per_class=12, classes=["a", "b", "c"])
     out = tmp_path / "conv"
     args = ["--smoke", "--data", f"imagefolder:{data}", "--out", str(out), "--jobs", "1"]
@@ -185,9 +181,8 @@ def test_smoke_convergence_study_runs_levers_on_validation_and_the_protocol_on_t
     assert all(r["epochs"] == "2" and r["steps"] == "12" and r["heads"] == "6" for r in rows)  # 2 x 24 images / 4
     assert all(r["epochs_to_timm"] in ("", "1", "2") for r in rows) and by_grid["light-h6", "timm"]["epochs_to_timm"]
     # the recipes differ as the protocol says: mixing, RandAugment, a warm-up of 1/6 of the run
-    config = json.loads(json.dumps(__import__("yaml").safe_load(
-        (out / "small-data-h6" / "per_class_8" / "impulse-seed0" / "config.yaml").read_text()
-    )))  # fmt: skip
+    run = out / "small-data-h6" / "per_class_8" / "impulse-seed0"
+    config = yaml.safe_load((run / "config.yaml").read_text())
     assert config["mixup"] == 0.8 and config["randaugment"] and config["warmup_epochs"] == 0.33
     assert (out / "light-h6" / "per_class_8" / "timm-seed0" / "snapshots" / "epoch_0002.pt").exists()
     text = (out / "docs" / "convergence.md").read_text()
@@ -199,7 +194,7 @@ def test_smoke_convergence_study_runs_levers_on_validation_and_the_protocol_on_t
     assert {p: p.stat().st_mtime_ns for p in out.glob("*/*/*/summary.json")} == before
 
     # the mechanism along training, from the seed-0 snapshots, into its own section of the same file
-    mechanism = load_script("bench_mechanism")
+    mechanism = load_benchmark("bench_mechanism")
     docs = out / "docs"
     assert mechanism.main(["--part", "training", "--runs", str(out), "--docs", str(docs), "--held-out", "2"]) == 0
     text = (docs / "convergence.md").read_text()
@@ -214,11 +209,3 @@ def test_smoke_convergence_study_runs_levers_on_validation_and_the_protocol_on_t
     assert layer0 > 0.2 and timm[2] == "-"  # assigned offsets exist for the impulse init only
     assert float(impulse[5]) > 10 * float(timm[5])  # the position embedding x18 against the patches
     assert float(impulse[6]) == pytest.approx(-0.4, abs=0.02) and abs(float(timm[6])) < 0.02  # mimetic V/proj
-
-
-def load_script(name):
-    spec = importlib.util.spec_from_file_location(name, SCRIPT.parent / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module

@@ -1,24 +1,11 @@
 """The small-data study script, in its --smoke mode, on a generated 32 px ImageFolder."""
 
 import csv
-import importlib.util
 import shutil
-import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import make_imagefolder
-
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "study_small_data.py"
-
-
-def load_study():
-    spec = importlib.util.spec_from_file_location("study_small_data", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+from conftest import load_benchmark, make_imagefolder
 
 
 @pytest.fixture
@@ -26,11 +13,11 @@ def smoke_study(tmp_path):
     """The study module, its --out and the arguments of a --smoke study on a generated 2-class folder."""
     data = make_imagefolder(tmp_path / "images", 32, per_class=8, classes=["a", "b"])
     out = tmp_path / "study"
-    return load_study(), out, ["--smoke", "--data", f"imagefolder:{data}", "--out", str(out)]
+    return load_benchmark("study_small_data"), out, ["--smoke", "--data", f"imagefolder:{data}", "--out", str(out)]
 
 
 def test_smoke_study_runs_every_grid_writes_the_docs_and_resumes(tmp_path, capsys):
-    study = load_study()
+    study = load_benchmark("study_small_data")
     data = make_imagefolder(tmp_path / "images", 32, per_class=8, classes=[f"c{i}" for i in range(3)])
     out = tmp_path / "study"
     args = ["--smoke", "--data", f"imagefolder:{data}", "--out", str(out), "--part", "all"]
@@ -84,16 +71,8 @@ def test_docs_are_not_rewritten_from_a_study_that_lacks_their_runs(smoke_study, 
         assert {r["grid"] for r in csv.DictReader(f)} == {"vit-h12", "convmixer"}
 
 
-def load_script(name):
-    spec = importlib.util.spec_from_file_location(name, SCRIPT.parent / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_smoke_theory_fills_the_tables_and_ranks(tmp_path):
-    theory = load_script("theory")
+    theory = load_benchmark("theory")
     data = make_imagefolder(tmp_path / "images", 32, per_class=8, classes=[f"c{i}" for i in range(3)])
     out = tmp_path / "theory"
     assert theory.main(["--smoke", "--data", f"imagefolder:{data}", "--out", str(out)]) == 0
@@ -108,9 +87,7 @@ def test_smoke_theory_fills_the_tables_and_ranks(tmp_path):
 
 
 def test_smoke_families_runs_swin_and_mixer_and_writes_their_tables(tmp_path):
-    spec = importlib.util.spec_from_file_location("families", SCRIPT.parent / "families.py")
-    families = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(families)
+    families = load_benchmark("families")
     data = make_imagefolder(tmp_path / "images", 32, per_class=8, classes=[f"c{i}" for i in range(3)])
     assert families.main(["--smoke", "--data", f"imagefolder:{data}", "--out", str(tmp_path / "out")]) == 0
     text = (tmp_path / "out" / "docs" / "families.md").read_text()

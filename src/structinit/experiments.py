@@ -127,7 +127,7 @@ def collect(out: Path) -> list[dict[str, Any]]:
         path = summary_path.parent
         summary = json.loads(summary_path.read_text())
         config = json.loads(json.dumps(_read_yaml(path / "config.yaml")))
-        split = "val" if config.get("val_per_class") else "test"
+        split = TrainConfig(**config).eval_split
         curve = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines() if line.strip()]
         top1_curve = [(m["epoch"], m[f"{split}_top1"]) for m in curve if f"{split}_top1" in m]
         rows.append(

@@ -35,17 +35,26 @@ class PseudoInput:
         # `rcond`). At least float32 precision: a LayerNorm output has an exact null direction, the
         # all-ones vector. More for ill-conditioned inputs: weights that read a direction the pseudo
         # input barely uses amplify whatever patch content lies there on real images.
-        keep = s > s[0] * max(rcond, 1e-5)
-        self.left, self.values, self.right = u[:, keep], s[keep], vh[keep].T
-        self.pinv = (self.right / self.values) @ self.left.T
-        # the directions an offset's solve may add when those above rcond cannot reach its fidelity
+        # The offset solve may go below rcond (down to 1e-5) where the directions above it cannot
+        # reach its fidelity (solve_offset); everything else uses the first `rank` directions.
         usable = s > s[0] * 1e-5
         self._u, self._s, self._v = u[:, usable], s[usable], vh[usable].T
+        self.rank = int((s > s[0] * max(rcond, 1e-5)).sum())
         self._solved: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
     @property
-    def rank(self) -> int:
-        return len(self.values)
+    def left(self) -> torch.Tensor:
+        """(T, rank) left singular vectors above rcond."""
+        return self._u[:, : self.rank]
+
+    @property
+    def values(self) -> torch.Tensor:
+        return self._s[: self.rank]
+
+    @property
+    def right(self) -> torch.Tensor:
+        """(D, rank) right singular vectors above rcond."""
+        return self._v[:, : self.rank]
 
     def solve_offset(
         self, offset: Offset, grid: tuple[int, int], num_prefix: int, fidelity: float, head_dim: int
@@ -61,13 +70,13 @@ class PseudoInput:
         if key not in self._solved:
             target, valid = target_indices([offset], grid)
             target = target + num_prefix
-            first = self._solve_with(self.rank, target, valid, num_prefix, fidelity, head_dim)
-            solution = first
-            count = self.rank
-            while solution[2] < fidelity - 1e-3 and count < len(self._s):
-                count += 1
-                solution = self._solve_with(count, target, valid, num_prefix, fidelity, head_dim)
-            self._solved[key] = solution[:2] if solution[2] >= fidelity - 1e-3 else first[:2]
+            for count in range(self.rank, len(self._s) + 1):
+                q, k, reached = self._solve_with(count, target, valid, num_prefix, fidelity, head_dim)
+                if count == self.rank:
+                    self._solved[key] = (q, k)  # kept if no count reaches the fidelity
+                if reached >= fidelity - 1e-3:
+                    self._solved[key] = (q, k)
+                    break
         return self._solved[key]
 
     def _solve_with(
