@@ -147,7 +147,7 @@ def test_snapshots_keep_the_weights_at_init_and_after_the_chosen_epochs(tmp_path
     final = torch.load(out / "last.pt", weights_only=False)["model"]
     at_init = torch.load(out / "snapshots" / "epoch_0000.pt", weights_only=True)
     assert set(at_init) == set(final) and not torch.equal(at_init["pos_embed"], final["pos_embed"])
-    with pytest.raises(ValueError, match=r"snapshot epochs must lie in 0..3"):
+    with pytest.raises(ValueError, match=r"--snapshot-epochs must lie in 0..3"):
         TrainConfig(**FAST, epochs=3, snapshot_epochs=[4])
 
 

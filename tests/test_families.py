@@ -209,15 +209,15 @@ def small_torchvision_vit():
     )
 
 
-# the weights the impulse init writes (Q, K, V, proj, position embedding); the q/k biases it zeroes
-# are zero in these models already
+# the weights the impulse init writes (Q, K, V, proj, position embedding, and the class token it
+# redraws from its seed); the q/k biases it zeroes are zero in these models already
 VIT_FAMILIES = {
-    "eva, fused qkv": (small_eva, ("attn.qkv.weight", "attn.proj.weight", "pos_embed")),
+    "eva, fused qkv": (small_eva, ("attn.qkv.weight", "attn.proj.weight", "pos_embed", "cls_token")),
     "eva, separate q/k/v": (
         lambda: small_eva(qkv_fused=False),
-        ("q_proj.weight", "k_proj.weight", "v_proj.weight", "attn.proj.weight", "pos_embed"),
+        ("q_proj.weight", "k_proj.weight", "v_proj.weight", "attn.proj.weight", "pos_embed", "cls_token"),
     ),
-    "torchvision": (small_torchvision_vit, ("in_proj_weight", "out_proj.weight", "pos_embedding")),
+    "torchvision": (small_torchvision_vit, ("in_proj_weight", "out_proj.weight", "pos_embedding", "class_token")),
 }
 
 

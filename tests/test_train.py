@@ -12,7 +12,7 @@ import torch
 from structinit import train as train_module
 from structinit.cli import main
 from structinit.experiments import compare
-from structinit.train import TrainConfig, TrainingDiverged, train
+from structinit.train import TrainConfig, TrainingDiverged, resume_config, train
 
 FAST = dict(data="digits", per_class=20, model="vit_digits", model_kwargs={"depth": 2}, batch_size=50, quiet=True)
 
@@ -29,7 +29,7 @@ def test_stopped_and_resumed_run_ends_bit_identical(tmp_path):
     part = TrainConfig(**FAST, epochs=3, ema_decay=0.9, out=str(tmp_path / "part"), stop_after=1)
     summary = train(part)
     assert not summary["finished"] and not (tmp_path / "part" / "summary.json").exists()
-    train(TrainConfig(out=str(tmp_path / "part"), resume=True, quiet=True))
+    train(resume_config(tmp_path / "part"))
     a = torch.load(tmp_path / "full" / "last.pt", weights_only=False)
     b = torch.load(tmp_path / "part" / "last.pt", weights_only=False)
     for key in ("model", "ema"):
@@ -64,7 +64,7 @@ def test_existing_runs_are_not_overwritten_and_resume_needs_a_checkpoint(tmp_pat
     assert main(args) == 2
     assert "already holds a run: use --resume" in capsys.readouterr().err
     assert main(["train", "--resume", "--out", str(tmp_path / "none")]) == 2
-    assert "--resume: no checkpoint at" in capsys.readouterr().err
+    assert "--resume: there is no run in" in capsys.readouterr().err
 
 
 def test_compare_runs_the_grid_writes_tables_and_skips_finished_runs(tmp_path):
@@ -73,7 +73,7 @@ def test_compare_runs_the_grid_writes_tables_and_skips_finished_runs(tmp_path):
     assert len(rows) == 4
     header, *lines = (tmp_path / "results.csv").read_text().splitlines()
     assert header == (
-        "dataset,model,heads,per_class,init,seed,epochs,steps,split,top1,best_top1,epochs_to_timm,top5,secs,train_loss"
+        "dataset,model,heads,per_class,init,seed,epochs,steps,split,top1,best_top1,epochs_to_timm,top5,secs,train_loss,recipe"
     )
     assert len(lines) == 4 and all(line.startswith("digits,vit_digits,4,10,") for line in lines)
     table = (tmp_path / "results.md").read_text()

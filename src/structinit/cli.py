@@ -49,11 +49,20 @@ def build_parser() -> argparse.ArgumentParser:
     grid.add_argument(
         "--jobs", type=int, default=1, help="runs at once, each in its own process with a share of the CPU threads"
     )
+    grid.add_argument(
+        "--rerun", action="store_true", help="train again (from scratch) run directories made with another recipe"
+    )
 
     attention = commands.add_parser("attention", help="PNG of the attention maps per layer and head")
     add_target_arguments(attention, images=64, out="attention.png")
     rank = commands.add_parser("rank", help="stable rank of the patch embeddings and every block's output")
     add_target_arguments(rank, images=256, out="rank.png")
+
+    upgrade = commands.add_parser(
+        "upgrade-checkpoint",
+        help="rewrite checkpoints of structinit < 0.2 in the safe format (unpickles them: only files you trust)",
+    )
+    upgrade.add_argument("checkpoints", nargs="+", help="last.pt files")
 
     demo = commands.add_parser("demo", help="the main job: timm vs mimetic vs impulse init on the embedded digits")
     demo.add_argument("--out", default="runs/demo")
@@ -142,17 +151,18 @@ def add_train_arguments(parser: argparse.ArgumentParser, grid: bool = False) -> 
     add("--quiet", action="store_true", default=None, help="no progress bars")
 
 
-def train_config(args: argparse.Namespace, **overrides: Any):
+def train_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The training settings given on the command line (not the preset's or the defaults)."""
     from dataclasses import fields
 
     from .train import TrainConfig
 
     skip = ("model_kwargs", "init_kwargs", "preset", "per_class", "snapshot_epochs")
     names = [f.name for f in fields(TrainConfig) if f.name not in skip]
-    per_class = getattr(args, "per_class", None)
-    values_per_class = {"per_class": per_class} if isinstance(per_class, int) else {}
     values = {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
-    values.update(values_per_class)
+    per_class = getattr(args, "per_class", None)
+    if isinstance(per_class, int):
+        values["per_class"] = per_class
     if args.snapshot_epochs:
         values["snapshot_epochs"] = int_list(args.snapshot_epochs, "--snapshot-epochs")
     if args.model_kwargs:
@@ -163,14 +173,26 @@ def train_config(args: argparse.Namespace, **overrides: Any):
         if args.init:
             raise ValueError("--filters and --init both set the init: give one")
         values["init"] = FILTERS[args.filters]
-    values.update(overrides)
-    return TrainConfig.from_preset(args.preset, **values)
+    return values
+
+
+def train_config(args: argparse.Namespace, **overrides: Any):
+    from .train import TrainConfig
+
+    return TrainConfig.from_preset(args.preset, **{**train_values(args), **overrides})
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from .train import print_summary, train
+    from .train import load_preset, print_summary, resume_config, train
 
-    config = train_config(args)
+    if args.resume:
+        # the run's own config; the flags given now must agree with it, or be ones a resume may change
+        asked = {k: v for k, v in train_values(args).items() if k not in ("resume", "out")}
+        if args.preset:
+            asked = {**load_preset(args.preset), **asked, "preset": args.preset}
+        config = resume_config(args.out or "runs/run", **asked)
+    else:
+        config = train_config(args)
     summary = train(config)
     if int(os.environ.get("RANK", "0")) == 0:
         print_summary(summary, config.out)
@@ -178,6 +200,8 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def run_init(args: argparse.Namespace) -> int:
+    import torch
+
     from .methods import initialize, supported_models
     from .models import create_model
 
@@ -187,9 +211,12 @@ def run_init(args: argparse.Namespace) -> int:
     if args.model is None:
         raise SystemExit("structinit init: give a model name (or --list-models for the supported families)")
 
+    if args.json and Path(args.json).is_dir():
+        raise ValueError(f"--json {args.json} is a directory: give a file name, e.g. {Path(args.json) / 'init.json'}")
     model_kwargs = parse_assignments(args.model_kwargs, "--model-kwargs")
     options = parse_assignments(args.options, "--options")
     classes, channels = model_kwargs.pop("num_classes", 1000), model_kwargs.pop("in_chans", 3)
+    torch.manual_seed(args.seed)  # what the init leaves (MLPs, head) is the same in every process too
     model = create_model(args.model, num_classes=classes, in_chans=channels, data_size=None, **model_kwargs)
     report = initialize(model, args.method, kernel_size=args.kernel_size, seed=args.seed, **options)
     print(report)
@@ -201,9 +228,12 @@ def run_init(args: argparse.Namespace) -> int:
 
 def int_list(text: str, flag: str) -> list[int]:
     try:
-        return [int(item) for item in text.split(",") if item.strip()]
+        values = [int(item) for item in text.split(",") if item.strip()]
     except ValueError:
         raise ValueError(f"{flag} takes comma-separated integers, got {text!r}") from None
+    if not values:
+        raise ValueError(f"{flag} needs at least one integer, got {text!r}")
+    return values
 
 
 def run_compare(args: argparse.Namespace) -> int:
@@ -216,7 +246,7 @@ def run_compare(args: argparse.Namespace) -> int:
     base = train_config(args)
     if args.jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
-    rows = compare(base, inits, int_list(args.seeds, "--seeds"), per_class, args.out, jobs=args.jobs)
+    rows = compare(base, inits, int_list(args.seeds, "--seeds"), per_class, args.out, jobs=args.jobs, rerun=args.rerun)
     print((Path(args.out) / "results.md").read_text(), end="")
     print(f"{len(rows)} runs; results.csv, results.md and curves.png in {args.out}")
     return 0
@@ -224,6 +254,8 @@ def run_compare(args: argparse.Namespace) -> int:
 
 def target_arguments(args: argparse.Namespace) -> dict[str, Any]:
     """The keyword arguments of the inspection commands' functions, from their shared flags."""
+    if args.images < 1:
+        raise ValueError(f"--images must be >= 1, got {args.images}")
     return dict(
         data=args.data,
         images=args.images,
@@ -248,6 +280,15 @@ def run_rank(args: argparse.Namespace) -> int:
     ranks, path = rank_figure(args.target, **target_arguments(args))
     print(ranks_table(ranks), end="")
     print(f"wrote {path}")
+    return 0
+
+
+def run_upgrade(args: argparse.Namespace) -> int:
+    from .checkpoint import upgrade_checkpoint
+
+    for path in args.checkpoints:
+        upgrade_checkpoint(Path(path))
+        print(f"upgraded {path}")
     return 0
 
 
@@ -276,18 +317,26 @@ COMMANDS = {
     "attention": run_attention,
     "rank": run_rank,
     "demo": run_demo,
+    "upgrade-checkpoint": run_upgrade,
 }
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .train import TrainingDiverged
+    from .rundir import RunError
 
     args = build_parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)
-    except (ValueError, TypeError, FileNotFoundError, FileExistsError, TrainingDiverged) as error:
-        print(f"structinit {args.command}: error: {error}", file=sys.stderr)
-        return 2
+    except (ValueError, TypeError, RunError) as error:
+        return fail(args.command, str(error))
+    except OSError as error:  # a missing, unwritable or full path: its name and the reason
+        where = f"{error.filename}: " if error.filename else ""
+        return fail(args.command, f"{where}{error.strerror or error}")
     except KeyboardInterrupt:
         print(f"structinit {args.command}: interrupted; finished epochs are checkpointed (--resume)", file=sys.stderr)
         return 130
+
+
+def fail(command: str, message: str) -> int:
+    print(f"structinit {command}: error: {message}", file=sys.stderr)
+    return 2

@@ -222,6 +222,28 @@ def _list_images(split: Path, classes: list[str] | None = None) -> tuple[list[Pa
     return files, labels, classes
 
 
+def _check_classes(train: Path, test: Path) -> None:
+    """Both splits must hold the same classes, each with images: a class folder that is empty, or
+    that only one split has, would silently shrink the classifier head or drop test images."""
+    found = {}
+    for split in (train, test):
+        folders = {d.name: d for d in split.iterdir() if d.is_dir()}
+        empty = sorted(
+            n for n, d in folders.items() if not any(f.suffix.lower() in IMAGE_SUFFIXES for f in d.rglob("*"))
+        )
+        if empty:
+            raise ValueError(
+                f"class folder(s) without images in {split}: {', '.join(empty)}; add images or remove them"
+            )
+        found[split] = set(folders)
+    for split, other in ((train, test), (test, train)):
+        missing = sorted(found[split] - found[other])
+        if missing:
+            raise ValueError(
+                f"class(es) {', '.join(missing)} in {split} but not in {other}: both splits need the same classes"
+            )
+
+
 def _open_image(path: Path, mode: str = "RGB") -> Image.Image:
     try:
         with Image.open(path) as image:
@@ -232,6 +254,7 @@ def _open_image(path: Path, mode: str = "RGB") -> Image.Image:
 
 def _imagefolder(name: str, path: Path, cache_dir: str | Path | None) -> TensorData | StreamData:
     train_dir, test_dir = _split_dirs(path)
+    _check_classes(train_dir, test_dir)
     train_files, train_labels, classes = _list_images(train_dir)
     test_files, test_labels, _ = _list_images(test_dir, classes)
     probe = _open_image(train_files[0])

@@ -9,18 +9,21 @@ timm's mean final top-1 in the same cell (`time_to_accuracy`).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import json
 import multiprocessing
 import os
 import re
+import shutil
 import statistics
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
 from .data import parse_spec
+from .rundir import MetricsLog, RunError, RunLock, config_hash, flag, identity
 from .train import TrainConfig, train
 
 CSV_COLUMNS = [
@@ -39,9 +42,22 @@ CSV_COLUMNS = [
     "top5",
     "secs",
     "train_loss",
+    "recipe",
 ]
 # what makes two runs comparable: rows that differ only in init and seed
-CELL_KEYS = ("dataset", "model", "heads", "per_class", "epochs", "split")
+CELL_KEYS = ("dataset", "model", "heads", "per_class", "epochs", "split", "recipe")
+# settings a grid varies (or that do not change the training): left out of a row's recipe hash
+NOT_RECIPE = (
+    "init",
+    "init_kwargs",
+    "kernel_size",
+    "seed",
+    "per_class",
+    "epochs",
+    "preset",
+    "snapshot_epochs",
+    "eval_every",
+)
 
 
 def run_dir(out: Path, per_class: int | None, init: str, seed: int) -> Path:
@@ -56,8 +72,10 @@ def compare(
     per_class: list[int | None],
     out: str | Path,
     jobs: int = 1,
+    rerun: bool = False,
 ) -> list[dict[str, Any]]:
-    """Run the grid (finished runs are skipped, interrupted ones resumed) and write the results."""
+    """Run the grid (finished runs are skipped, interrupted ones resumed, `rerun`: runs made with
+    another recipe are trained again instead of refused) and write the results."""
     out = Path(out)
     configs = [
         dataclasses.replace(base, init=init, seed=seed, per_class=pc, out=str(run_dir(out, pc, init, seed)))
@@ -65,19 +83,45 @@ def compare(
         for init in inits
         for seed in seeds
     ]
-    run_configs(configs, jobs, root=out)
+    run_configs(configs, jobs, root=out, rerun=rerun)
     rows = collect(out)
     write_results(rows, out)
     return rows
 
 
-def run_configs(configs: list[TrainConfig], jobs: int = 1, root: Path | None = None) -> None:
+def run_configs(configs: list[TrainConfig], jobs: int = 1, root: Path | None = None, rerun: bool = False) -> None:
     """Train every config whose run directory has no summary.json (resuming those with a checkpoint).
 
+    A run directory made with another recipe is refused before anything trains (`rerun`: emptied
+    and trained again). `root`, the grid's directory, is locked: a second grid on it is refused.
     jobs > 1: that many runs at once, each in its own process with an equal share of the CPU threads
     (two one-thread runs train ~1.25x faster than one two-thread run of a small ViT on 2 cores). A
     run's numbers then differ from a one-process run's in float rounding only. The first failure stops
     the grid; finished runs stay finished and interrupted ones resume on the next call."""
+    with RunLock(root, "grid") if root is not None else contextlib.nullcontext():
+        for config in configs:
+            _check_same_recipe(config, rerun)
+        _run_all(configs, jobs, root)
+
+
+def _check_same_recipe(config: TrainConfig, rerun: bool) -> None:
+    """Refuse (or, with `rerun`, empty) a run directory whose run computes something else."""
+    path = Path(config.out) / "config.yaml"
+    if not path.exists():
+        return
+    saved = identity(dataclasses.asdict(TrainConfig(**_read_yaml(path))))
+    asked = identity(dataclasses.asdict(config))
+    differ = [k for k in asked if saved.get(k) != asked[k]]
+    if not differ:
+        return
+    if rerun:
+        shutil.rmtree(config.out)
+        return
+    listed = ", ".join(f"{flag(k)} {saved.get(k)!r} (now {asked[k]!r})" for k in differ)
+    raise RunError(f"{config.out} was made with {listed}: use another --out, or --rerun to train it again")
+
+
+def _run_all(configs: list[TrainConfig], jobs: int, root: Path | None) -> None:
     todo = [c for c in configs if not (Path(c.out) / "summary.json").exists()]
     todo = [dataclasses.replace(c, resume=(Path(c.out) / "last.pt").exists()) for c in todo]
     quiet = all(c.quiet for c in todo)
@@ -128,7 +172,7 @@ def collect(out: Path) -> list[dict[str, Any]]:
         summary = json.loads(summary_path.read_text())
         config = json.loads(json.dumps(_read_yaml(path / "config.yaml")))
         split = TrainConfig(**config).eval_split
-        curve = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        curve = MetricsLog(path).epochs()
         top1_curve = [(m["epoch"], m[f"{split}_top1"]) for m in curve if f"{split}_top1" in m]
         rows.append(
             {
@@ -148,6 +192,7 @@ def collect(out: Path) -> list[dict[str, Any]]:
                 "wall_secs": round(curve[-1]["time"] - curve[0]["time"] + curve[0]["epoch_seconds"], 1),
                 "train_loss": round(curve[-1]["train_loss"], 4),
                 "steps": curve[-1].get("step", ""),
+                "recipe": config_hash(dataclasses.asdict(TrainConfig(**config)), leave_out=NOT_RECIPE),
                 "curve": top1_curve,
                 "loss_curve": [(m["epoch"], m["train_loss"]) for m in curve],
             }
@@ -197,18 +242,22 @@ def write_results(rows: list[dict[str, Any]], out: Path) -> None:
 
 
 def results_markdown(rows: list[dict[str, Any]]) -> str:
-    """Mean ± std top-1 per cell and init (runs of different epochs or evaluation splits are never
-    averaged together), with the gains over timm's and mimetic's means in the same cell, the best
-    top-1 along the curve, the epochs to reach timm's final top-1 (runs that got there: mean, and how
-    many), and the final training loss (which tells underfitting from overfitting)."""
+    """Mean ± std top-1 per cell and init (runs of different recipes, epochs or evaluation splits are
+    never averaged together; a `recipe` column names the recipe where a table holds several), with
+    the gains over timm's and mimetic's means in the same cell, the best top-1 along the curve, the
+    epochs to reach timm's final top-1 (runs that got there: mean, and how many), and the final
+    training loss (which tells underfitting from overfitting)."""
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
-        key = (row["dataset"], row["model"], row["heads"], row["per_class"], row["epochs"], row["split"], row["init"])
+        key = (*(row.get(k) for k in CELL_KEYS), row["init"])
         groups.setdefault(key, []).append(row)
+    several = len({row.get("recipe") for row in rows}) > 1
     lines = [
-        "| dataset | model | heads | per class | epochs | on | init | runs | top-1 (%) mean ± std | best top-1 "
+        "| dataset | model | heads | per class | epochs | on |"
+        + (" recipe |" if several else "")
+        + " init | runs | top-1 (%) mean ± std | best top-1 "
         "| epochs to timm's final | top-5 (%) | train loss | gain over timm | gain over mimetic |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|" + ("---|" if several else "") + "---|---|---|---|---|---|---|---|---|",
     ]
 
     def gain(setting: tuple, baseline: str, mean: float) -> str:
@@ -216,20 +265,21 @@ def results_markdown(rows: list[dict[str, Any]]) -> str:
         return f"{mean - statistics.mean(r['top1'] for r in runs):+.2f}" if runs else "-"
 
     for key, runs in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
-        dataset, model, heads, per_class, epochs, split, init = key
+        dataset, model, heads, per_class, epochs, split, recipe, init = key
         top1 = [r["top1"] for r in runs]
         mean = statistics.mean(top1)
         spread = f"{statistics.stdev(top1):.2f}" if len(top1) > 1 else "-"  # one run has no spread
         best = statistics.mean(r["best_top1"] for r in runs)
         top5 = statistics.mean(r["top5"] for r in runs)
         loss = statistics.mean(r["train_loss"] for r in runs)
-        setting = key[:6]
+        setting = key[:-1]
         over_timm = gain(setting, "timm", mean) if init != "timm" else "-"
         over_mimetic = gain(setting, "mimetic", mean) if init != "mimetic" else "-"
         lines.append(
-            f"| {dataset} | {model} | {heads} | {per_class or 'all'} | {epochs} | {split} | {init} | {len(runs)} "
-            f"| {mean:.2f} ± {spread} | {best:.2f} | {reached(runs)} | {top5:.2f} | {loss:.3f} | {over_timm} "
-            f"| {over_mimetic} |"
+            f"| {dataset} | {model} | {heads} | {per_class or 'all'} | {epochs} | {split} |"
+            + (f" {recipe} |" if several else "")
+            + f" {init} | {len(runs)} | {mean:.2f} ± {spread} | {best:.2f} | {reached(runs)} | {top5:.2f} "
+            f"| {loss:.3f} | {over_timm} | {over_mimetic} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -46,7 +46,13 @@ def initialize(
     ConvMixer: "random", "impulse", "box" set its depthwise filters, option `freeze`
     (see filter_inits.py); its kernel size is the model's own.
     `seed=None` draws a seed from torch's global RNG (so `torch.manual_seed` makes it
-    reproducible); the report records it.
+    reproducible); the report records it. The same seed gives bit-identical weights for the same
+    model configuration, however the model was constructed: a ViT's mimetic and impulse inits draw
+    the learned position embedding and prefix tokens, which they read, from the seed's generator
+    (at timm's init); everything else they write is drawn from it too. Of the weights they leave,
+    impulse reads only the patch embedding (with blind_to_content, the maps ignore its span), and
+    with propagate=True every block's output; `structinit init --seed` and the trainer seed the
+    model's construction as well, so their weights repeat exactly.
     """
     if seed is None:
         seed = int(torch.randint(2**31 - 1, (1,)))
@@ -68,9 +74,12 @@ def initialize(
     defaults = {name: p.default for name, p in parameters.items() if p.default is not inspect.Parameter.empty}
     allowed = [name for name in parameters if name not in ("adapter", "generator", "kernel_size")]
     _check_options(method, options, allowed)
+    _check_option_types(method, options, parameters)
     check_kernel_size(kernel_size, adapter.grid)
     start = time.perf_counter()
     with torch.no_grad():
+        if isinstance(adapter, ModelAdapter) and method not in ("timm", "kaiming"):  # those two redraw all
+            adapter.redraw_embeddings(generator)
         layers = init(adapter, generator, kernel_size=kernel_size, **options)
     seconds = time.perf_counter() - start
     resolved = {"kernel_size": kernel_size, **{k: v for k, v in defaults.items() if k != "kernel_size"}, **options}
@@ -108,6 +117,19 @@ def _check_options(method: str, options: dict[str, Any], allowed: list[str]) -> 
             f"unknown option(s) {', '.join(unknown)} for method {method!r}; "
             f"its options are: {', '.join(allowed) or 'none'}"
         )
+
+
+def _check_option_types(method: str, options: dict[str, Any], parameters: Any) -> None:
+    """A number option given text (target_fidelity=abc) fails by name, not deep in the solve."""
+    for name, value in options.items():
+        annotation = str(parameters[name].annotation)
+        wants_number = any(t in annotation.replace(" ", "").split("|") for t in ("float", "int"))
+        if annotation == "bool" and not isinstance(value, bool):
+            raise ValueError(f"option {name} of {method!r} is True or False, got {value!r}")
+        if value is None and "None" in annotation:
+            continue
+        if wants_number and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ValueError(f"option {name} of {method!r} takes a number, got {value!r}")
 
 
 # --- baselines -------------------------------------------------------------------------------

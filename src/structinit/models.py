@@ -39,6 +39,13 @@ PRESETS: dict[str, tuple[str | Callable[..., nn.Module], dict[str, Any]]] = {
 }
 
 
+def is_model_name(name: str) -> bool:
+    """A preset of this package or a model timm can build."""
+    import timm
+
+    return name in PRESETS or timm.is_model(name)
+
+
 def create_model(
     name: str, *, num_classes: int, in_chans: int, data_size: int | None, drop_path: float = 0.0, **kwargs: Any
 ) -> nn.Module:

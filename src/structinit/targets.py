@@ -6,11 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
 import yaml
 from torch import nn
 
+from .checkpoint import load_checkpoint
 from .data import StreamData, TensorData, load_data
+from .models import is_model_name
 from .train import TrainConfig, build_model
 
 
@@ -35,13 +36,15 @@ def load_target(
         if not at_init:
             if not (run / "last.pt").exists():
                 raise FileNotFoundError(f"{run} has no last.pt; use --at-init for the model at initialisation")
-            checkpoint = torch.load(run / "last.pt", map_location="cpu", weights_only=False)
+            checkpoint = load_checkpoint(run / "last.pt")
             model.load_state_dict(checkpoint["model"])
             state = f"after epoch {checkpoint['epoch']}"
         title = f"{run.name} ({config.init} init), {state}"
     else:
         if run.exists():
             raise FileNotFoundError(f"{run} is a directory without config.yaml: not a run directory")
+        if "/" in target or "\\" in target or not is_model_name(target):
+            raise FileNotFoundError(f"{target} is neither a run directory nor a timm model name or preset")
         config = TrainConfig(model=target, init=init, seed=seed, model_kwargs=model_kwargs or {})
         dataset = load_data(data or "digits")
         model, _ = build_model(config, dataset)

@@ -10,8 +10,10 @@ as one that never stopped.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import math
 import os
 import random
 import time
@@ -34,11 +36,38 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from .augment import BatchAugment
+from .checkpoint import atomic_save, load_checkpoint, rng_state, set_rng_state
 from .data import StreamData, TensorData, load_data
 from .methods import initialize
 from .models import create_model
 from .options import DEFAULT, parse_init
 from .report import Report
+from .rundir import MetricsLog, RunError, RunLock, flag, resume_changes
+
+# (low, high, low excluded, high excluded) of every numeric setting; high None: unbounded
+LIMITS: dict[str, tuple[float, float | None, bool, bool]] = {
+    "per_class": (1, None, False, False),
+    "train_fraction": (0, 1, True, False),
+    "val_per_class": (1, None, False, False),
+    "epochs": (1, None, False, False),
+    "batch_size": (1, None, False, False),
+    "lr": (0, None, True, False),
+    "weight_decay": (0, None, False, False),
+    "warmup_epochs": (0, None, False, False),
+    "warmup_lr": (0, None, False, False),
+    "min_lr": (0, None, False, False),
+    "smoothing": (0, 1, False, True),
+    "mixup": (0, None, False, False),
+    "cutmix": (0, None, False, False),
+    "drop_path": (0, 1, False, True),
+    "clip_grad": (0, None, True, False),
+    "ema_decay": (0, 1, True, True),
+    "reprob": (0, 1, False, False),
+    "workers": (0, None, False, False),
+    "eval_batch_size": (1, None, False, False),
+    "eval_every": (1, None, False, False),
+    "stop_after": (1, None, False, False),
+}
 
 
 @dataclass
@@ -90,11 +119,25 @@ class TrainConfig:
     preset: str | None = None
 
     def __post_init__(self) -> None:
-        parse_init(self.init)  # a typo fails here, not after the data has loaded
-        if self.eval_every < 1:
-            raise ValueError(f"eval_every must be >= 1, got {self.eval_every}")
+        """Bad values fail here, in flag terms, before any data is loaded."""
+        parse_init(self.init)
+        for name, (low, high, low_open, high_open) in LIMITS.items():
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"{flag(name)} takes a number, got {value!r}")
+            below = value <= low if low_open else value < low
+            above = high is not None and (value >= high if high_open else value > high)
+            if below or above:
+                bounds = f"{'>' if low_open else '>='} {low}" + (
+                    f" and {'<' if high_open else '<='} {high}" if high is not None else ""
+                )
+                raise ValueError(f"{flag(name)} must be {bounds}, got {value}")
+        if self.amp not in ("auto", "bf16", "fp16", "none"):
+            raise ValueError(f"--amp must be auto, bf16, fp16 or none, got {self.amp!r}")
         if any(not 0 <= e <= self.epochs for e in self.snapshot_epochs):
-            raise ValueError(f"snapshot epochs must lie in 0..{self.epochs}, got {self.snapshot_epochs}")
+            raise ValueError(f"--snapshot-epochs must lie in 0..{self.epochs}, got {self.snapshot_epochs}")
 
     @property
     def eval_split(self) -> str:
@@ -125,7 +168,7 @@ def load_preset(name: str) -> dict[str, Any]:
     return yaml.safe_load(resources.files("structinit.presets").joinpath(f"{name}.yaml").read_text())
 
 
-class TrainingDiverged(RuntimeError):
+class TrainingDiverged(RunError):
     """The loss became NaN or infinite."""
 
 
@@ -155,7 +198,17 @@ def setup_distributed(device: torch.device) -> Dist:
 
 def resolve_device(name: str, local_rank: int) -> torch.device:
     if name != "auto":
-        return torch.device(name)
+        try:
+            device = torch.device(name)
+        except RuntimeError:
+            raise ValueError(f"--device {name!r}: expected auto, cpu, cuda, cuda:N or mps") from None
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"--device {name}: PyTorch sees no CUDA GPU here; use --device cpu (or auto)")
+        if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+            raise ValueError(f"--device {name}: there are {torch.cuda.device_count()} CUDA GPUs")
+        if device.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+            raise ValueError(f"--device {name}: MPS is not available here; use --device cpu (or auto)")
+        return device
     if torch.cuda.is_available():
         return torch.device("cuda", local_rank)
     if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
@@ -199,221 +252,339 @@ def train(config: TrainConfig) -> dict[str, Any]:
     device = resolve_device(config.device, int(os.environ.get("LOCAL_RANK", "0")))
     world = setup_distributed(device)
     try:
-        return _train(config, device, world)
+        if config.resume and not (Path(config.out) / "config.yaml").exists():
+            raise FileNotFoundError(f"--resume: there is no run in {config.out}")
+        with RunLock(Path(config.out)) if world.main else contextlib.nullcontext():
+            return Run(config, device, world).run()
     finally:
         if world.world > 1 and dist.is_initialized():
             dist.destroy_process_group()
 
 
-def _train(config: TrainConfig, device: torch.device, world: Dist) -> dict[str, Any]:
-    out = Path(config.out)
-    checkpoint_path = out / "last.pt"
-    checkpoint = None
-    if config.resume:
-        if not checkpoint_path.exists():
-            raise FileNotFoundError(f"--resume: no checkpoint at {checkpoint_path}")
-        checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=False)
-        saved = checkpoint["config"]
-        config = dataclasses.replace(
-            TrainConfig(**{**saved, "resume": True}), stop_after=config.stop_after, quiet=config.quiet
+def resume_config(out: str | Path, **changes: Any) -> TrainConfig:
+    """The config of the run in `out`, with `changes` (only RESUMABLE settings may differ), to resume it."""
+    path = Path(out) / "config.yaml"
+    if not path.exists():
+        raise FileNotFoundError(f"--resume: there is no run in {out}")
+    saved = TrainConfig(**yaml.safe_load(path.read_text()))
+    return dataclasses.replace(saved, **{"stop_after": None, **changes}, out=str(out), resume=True)
+
+
+class Run:
+    """One training run, step by step: open its directory (fresh, or resumed with the changes
+    allowed), build what it trains, restore a checkpoint, then for every epoch train, evaluate, check
+    that the weights are good and checkpoint them before the epoch is logged; finish with summary.json."""
+
+    def __init__(self, config: TrainConfig, device: torch.device, world: Dist) -> None:
+        self.config, self.device, self.world = config, device, world
+        self.out = Path(config.out)
+        self.log = MetricsLog(self.out)
+        self.checkpointed: int | None = None  # the epoch of the last good checkpoint on disk
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.out / "last.pt"
+
+    def run(self) -> dict[str, Any]:
+        checkpoint = self.open()
+        if (
+            checkpoint is not None
+            and (self.out / "summary.json").exists()
+            and checkpoint["epoch"] >= self.config.epochs
+        ):
+            return json.loads((self.out / "summary.json").read_text())  # finished, nothing asked: no-op
+        self.build()
+        start = self.restore(checkpoint)
+        config = self.config
+        last = config.epochs if config.stop_after is None else min(config.epochs, config.stop_after)
+        show = self.world.main and not config.quiet
+        bar = tqdm(range(start, last), desc="epochs", disable=not show or None, initial=start, total=last)
+        metrics: dict[str, Any] = {}
+        for epoch in bar:
+            metrics = self.train_epoch(epoch)
+            if metrics.get(f"{config.eval_split}_top1") is not None:
+                bar.set_postfix(loss=f"{metrics['train_loss']:.3f}", top1=f"{metrics[f'{config.eval_split}_top1']:.1f}")
+        return self.finish(last, metrics)
+
+    # --- the directory ----------------------------------------------------------------------------
+
+    def open(self) -> dict[str, Any] | None:
+        """A fresh run writes its config (refusing a directory that holds a run); a resumed one loads
+        its checkpoint, applies the settings that may change (logged) and refuses the others."""
+        config = self.config
+        if not config.resume:
+            if self.checkpoint_path.exists():
+                raise FileExistsError(f"{self.out} already holds a run: use --resume to continue it or another --out")
+            if self.world.main:  # a run that failed before its first checkpoint starts over
+                for stale in ("metrics.jsonl", "summary.json", "prev.pt"):
+                    (self.out / stale).unlink(missing_ok=True)
+                self.out.mkdir(parents=True, exist_ok=True)
+                _write_yaml(self.out / "config.yaml", dataclasses.asdict(config))
+            return None
+        if not self.checkpoint_path.exists():
+            raise RunError(
+                f"{self.out} has no checkpoint yet (it stopped before its first epoch ended): "
+                "run it again without --resume"
+            )
+        checkpoint = load_checkpoint(self.checkpoint_path)
+        saved = dataclasses.asdict(TrainConfig(**{**checkpoint["config"], "resume": True}))
+        changes = resume_changes(saved, dataclasses.asdict(config), checkpoint["epoch"])
+        self.checkpointed = checkpoint["epoch"]
+        if self.world.main:
+            self.log.reconcile(checkpoint["epoch"], checkpoint.get("metrics"))
+            if changes:
+                self.log.append({"event": "resume", "after_epoch": checkpoint["epoch"], "changed": changes})
+                _write_yaml(self.out / "config.yaml", {**dataclasses.asdict(config), "resume": False})
+                if "epochs" in changes:
+                    (self.out / "summary.json").unlink(missing_ok=True)
+        return checkpoint
+
+    # --- building ---------------------------------------------------------------------------------
+
+    def build(self) -> None:
+        """Data, model (initialised), optimiser, EMA, mixing, loss and the batch source."""
+        config, device, world = self.config, self.device, self.world
+        self.data = load_data(
+            config.data,
+            root=config.data_root,
+            download=config.download,
+            cache_dir=config.cache_dir,
+            per_class=config.per_class,
+            train_fraction=config.train_fraction,
+            subset_seed=config.subset_seed,
+            val_per_class=config.val_per_class,
         )
-    elif world.main and (out / "metrics.jsonl").exists():
-        raise FileExistsError(f"{out} already holds a run: use --resume to continue it or another --out")
-    show = world.main and not config.quiet
-
-    data = load_data(
-        config.data,
-        root=config.data_root,
-        download=config.download,
-        cache_dir=config.cache_dir,
-        per_class=config.per_class,
-        train_fraction=config.train_fraction,
-        subset_seed=config.subset_seed,
-        val_per_class=config.val_per_class,
-    )
-    in_memory = isinstance(data, TensorData)
-    channels = data.image_shape[0] if in_memory else data.channels
-    model, init_report = build_model(config, data)
-    model.to(device)
-    amp_dtype = resolve_amp(config.amp, device)
-    prefer_math_attention(model, device, amp_dtype)
-    train_model: nn.Module = model
-    if world.world > 1:
-        train_model = nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None
+        self.in_memory = isinstance(self.data, TensorData)
+        self.model, self.init_report = build_model(config, self.data)
+        self.model.to(device)
+        self.amp_dtype = resolve_amp(config.amp, device)
+        prefer_math_attention(self.model, device, self.amp_dtype)
+        train_model: nn.Module = self.model
+        if world.world > 1:
+            ids = [device.index] if device.type == "cuda" else None
+            train_model = nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
+        self.forward = torch.compile(train_model) if config.compile else train_model
+        self.batch = config.batch_size // world.world
+        if self.batch * world.world != config.batch_size or self.batch < 1:
+            raise ValueError(f"--batch-size {config.batch_size} must be a multiple of the {world.world} processes")
+        self.steps_per_epoch = len(self.data.train_labels) // config.batch_size
+        if self.steps_per_epoch < 1:
+            raise ValueError(
+                f"--batch-size {config.batch_size} exceeds the {len(self.data.train_labels)} training images"
+            )
+        self.optimizer = create_optimizer_v2(self.model, "adamw", lr=config.lr, weight_decay=config.weight_decay)
+        self.ema = ModelEmaV3(self.model, decay=config.ema_decay) if config.ema_decay else None
+        self.scaler = torch.amp.GradScaler(device.type) if self.amp_dtype == torch.float16 else None
+        mixing = config.mixup > 0 or config.cutmix > 0
+        self.mixup = (
+            Mixup(config.mixup, config.cutmix, label_smoothing=config.smoothing, num_classes=self.data.num_classes)
+            if mixing
+            else None
         )
-    forward = torch.compile(train_model) if config.compile else train_model
+        self.criterion = SoftTargetCrossEntropy() if mixing else LabelSmoothingCrossEntropy(config.smoothing)
+        self.build_batches()
 
-    batch = config.batch_size // world.world
-    if batch * world.world != config.batch_size or batch < 1:
-        raise ValueError(f"--batch-size {config.batch_size} must be a multiple of the {world.world} processes")
-    steps_per_epoch = len(data.train_labels) // config.batch_size
-    if steps_per_epoch < 1:
-        raise ValueError(f"--batch-size {config.batch_size} exceeds the {len(data.train_labels)} training images")
-    optimizer = create_optimizer_v2(model, "adamw", lr=config.lr, weight_decay=config.weight_decay)
-    scheduler = CosineLRScheduler(
-        optimizer,
-        t_initial=config.epochs * steps_per_epoch,
-        lr_min=config.min_lr,
-        warmup_t=round(config.warmup_epochs * steps_per_epoch),
-        warmup_lr_init=config.warmup_lr,
-        t_in_epochs=False,
-    )
-    ema = ModelEmaV3(model, decay=config.ema_decay) if config.ema_decay else None
-    scaler = torch.amp.GradScaler(device.type) if amp_dtype == torch.float16 else None
-    mixing = config.mixup > 0 or config.cutmix > 0
-    mixup = (
-        Mixup(
-            mixup_alpha=config.mixup,
-            cutmix_alpha=config.cutmix,
-            label_smoothing=config.smoothing,
-            num_classes=data.num_classes,
-        )
-        if mixing
-        else None
-    )
-    criterion = SoftTargetCrossEntropy() if mixing else LabelSmoothingCrossEntropy(config.smoothing)
-    mean, std = _normalisation(model, channels)
-
-    start_epoch = 0
-    if checkpoint is not None:
-        model.load_state_dict(checkpoint["model"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        scheduler.load_state_dict(checkpoint["scheduler"])
-        if ema is not None:
-            ema.load_state_dict(checkpoint["ema"])
-        if scaler is not None and checkpoint.get("scaler"):
-            scaler.load_state_dict(checkpoint["scaler"])
-        _set_rng_state(checkpoint["rng"])
-        start_epoch = checkpoint["epoch"]
-    elif world.main:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(config), sort_keys=False))
-        (out / "init_report.json").write_text(json.dumps(init_report.to_dict(), indent=2))
-        if 0 in config.snapshot_epochs:
-            save_snapshot(model, out, 0)
-
-    if in_memory:
-        size = data.image_shape[1]
-        padding = config.crop_padding if config.crop_padding is not None else size // 8
-        flip = config.flip if config.flip is not None else data.name not in ("digits", "svhn")
-        augment = BatchAugment(mean, std, padding, flip, mixup, config.randaugment)
-        train_images = data.train_images.to(device)
-        train_labels = data.train_labels.to(device)
-        eraser = RandomErasing(config.reprob, mode="pixel", device=str(device)) if config.reprob > 0 else None
-    else:
-        loaders = _stream_loaders(data, model, config, batch, world)
-
-    split = config.eval_split
-
-    def eval_batches():
-        """The process's share of the evaluation split (validation or test), as the model sees it."""
-        if not in_memory:
-            yield from ((x.to(device), y.to(device)) for x, y in loaders[1])
+    def build_batches(self) -> None:
+        """Augmentation on whole batches for small images held in memory; DataLoaders otherwise."""
+        config, data = self.config, self.data
+        channels = data.image_shape[0] if self.in_memory else data.channels
+        self.mean, self.std = _normalisation(self.model, channels)
+        if not self.in_memory:
+            self.loaders = _stream_loaders(data, self.model, config, self.batch, self.world)
             return
-        images, labels = (data.val_images, data.val_labels) if split == "val" else (data.test_images, data.test_labels)
-        normalise = BatchAugment(mean, std).normalise
-        for idx in torch.arange(world.rank, len(labels), world.world).split(config.eval_batch_size):
-            yield normalise(images[idx].to(device)), labels[idx].to(device)
+        padding = config.crop_padding if config.crop_padding is not None else data.image_shape[1] // 8
+        flip = config.flip if config.flip is not None else data.name not in ("digits", "svhn")
+        self.augment = BatchAugment(self.mean, self.std, padding, flip, self.mixup, config.randaugment)
+        self.train_images = data.train_images.to(self.device)
+        self.train_labels = data.train_labels.to(self.device)
+        self.eraser = RandomErasing(config.reprob, mode="pixel", device=str(self.device)) if config.reprob > 0 else None
 
-    last_epoch = config.epochs if config.stop_after is None else min(config.epochs, config.stop_after)
-    epochs = tqdm(
-        range(start_epoch, last_epoch), desc="epochs", disable=not show or None, initial=start_epoch, total=last_epoch
-    )
-    summary_metrics: dict[str, Any] = {}
-    for epoch in epochs:
+    def restore(self, checkpoint: dict[str, Any] | None) -> int:
+        """Load the checkpoint's state (or save the init's snapshot) and build the lr schedule, which
+        is a function of the step: a resumed run with more epochs or a new lr follows the new one.
+        Returns the epoch to start from."""
+        start = 0
+        if checkpoint is not None:
+            self.model.load_state_dict(checkpoint["model"])
+            self.optimizer.load_state_dict(checkpoint["optimizer"])
+            if self.ema is not None:
+                self.ema.load_state_dict(checkpoint["ema"])
+            if self.scaler is not None and checkpoint.get("scaler"):
+                self.scaler.load_state_dict(checkpoint["scaler"])
+            set_rng_state(checkpoint["rng"])
+            start = checkpoint["epoch"]
+        elif self.world.main:
+            (self.out / "init_report.json").write_text(json.dumps(self.init_report.to_dict(), indent=2))
+            if 0 in self.config.snapshot_epochs:
+                save_snapshot(self.model, self.out, 0)
+        for group in self.optimizer.param_groups:
+            group["initial_lr"] = self.config.lr
+        config, steps = self.config, self.steps_per_epoch
+        self.scheduler = CosineLRScheduler(
+            self.optimizer,
+            t_initial=config.epochs * steps,
+            lr_min=config.min_lr,
+            warmup_t=round(config.warmup_epochs * steps),
+            warmup_lr_init=config.warmup_lr,
+            t_in_epochs=False,
+        )
+        if start:
+            self.scheduler.step_update(start * steps)
+        return start
+
+    # --- an epoch ---------------------------------------------------------------------------------
+
+    def train_epoch(self, epoch: int) -> dict[str, Any]:
+        """Train one epoch, evaluate when due, and checkpoint it if its weights are good."""
+        config, world = self.config, self.world
         seed = epoch_seed(config.seed, epoch)
         seed_everything(seed + world.rank)
         np.random.seed(seed)  # mixup's lambda: the same on every process
         generator = torch.Generator().manual_seed(seed)
-        model.train()
+        self.model.train()
         started = time.perf_counter()
-        total_loss, seen = torch.zeros((), device=device), 0
-        if in_memory:
-            order = torch.randperm(len(train_labels), generator=generator)[: steps_per_epoch * config.batch_size]
-            batches = order.view(steps_per_epoch, config.batch_size)
-        else:
-            if world.world > 1:
-                loaders[0].sampler.set_epoch(epoch)
-            batches = loaders[0]
-        steps = tqdm(batches, desc=f"epoch {epoch + 1}", leave=False, disable=not show or None, total=steps_per_epoch)
-        for step, item in enumerate(steps):
-            if in_memory:
-                images, labels = augment(train_images[item.to(device)], train_labels[item.to(device)], generator)
-                images, labels = (
-                    images[world.rank * batch : (world.rank + 1) * batch],
-                    labels[world.rank * batch : (world.rank + 1) * batch],
-                )
-                if eraser is not None:
-                    images = eraser(images)
-            else:
-                images, labels = (t.to(device, non_blocking=True) for t in item)
-                if mixup is not None:
-                    images, labels = mixup(images, labels)
-            with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-                loss = criterion(forward(images), labels)
-            if not torch.isfinite(loss):
-                raise TrainingDiverged(
-                    f"the loss became {loss.item()} at epoch {epoch + 1}, step {step + 1}; "
-                    f"the last good checkpoint is kept at {checkpoint_path} (epoch {epoch})"
-                )
-            optimizer.zero_grad(set_to_none=True)
-            if scaler is not None:
-                scaler.scale(loss).backward()
-                scaler.unscale_(optimizer)
-            else:
-                loss.backward()
-            if config.clip_grad:
-                nn.utils.clip_grad_norm_(model.parameters(), config.clip_grad)
-            if scaler is not None:
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                optimizer.step()
-            scheduler.step_update(epoch * steps_per_epoch + step + 1)
-            if ema is not None:
-                ema.update(model)
+        total_loss, seen = torch.zeros((), device=self.device), 0
+        for step, (images, labels) in enumerate(self.batches(epoch, generator)):
+            loss = self.train_step(images, labels, epoch, step)
             total_loss += loss.detach() * len(images)
             seen += len(images)
-        train_loss = _all_reduce_sum(total_loss, world).item() / (seen * world.world)
         seconds = time.perf_counter() - started
-        metrics: dict[str, Any] = {"epoch": epoch + 1, "step": (epoch + 1) * steps_per_epoch, "train_loss": train_loss}
-        evaluate = (epoch + 1) % config.eval_every == 0 or epoch + 1 == config.epochs
-        if evaluate:
-            metrics.update(_evaluate(model, eval_batches(), device, world, amp_dtype, split))
-        if ema is not None and evaluate:
-            ema_metrics = _evaluate(ema.module, eval_batches(), device, world, amp_dtype, split)
-            metrics.update({f"ema_{k}": v for k, v in ema_metrics.items()})
+        metrics: dict[str, Any] = {
+            "epoch": epoch + 1,
+            "step": (epoch + 1) * self.steps_per_epoch,
+            "train_loss": _all_reduce_sum(total_loss, world).item() / (seen * world.world),
+        }
+        if (epoch + 1) % config.eval_every == 0 or epoch + 1 == config.epochs:
+            metrics.update(self.evaluate(self.model))
+            if self.ema is not None:
+                metrics.update({f"ema_{k}": v for k, v in self.evaluate(self.ema.module).items()})
         metrics.update(
-            lr=optimizer.param_groups[0]["lr"],
-            img_per_s=steps_per_epoch * config.batch_size / seconds,
+            lr=self.optimizer.param_groups[0]["lr"],
+            img_per_s=self.steps_per_epoch * config.batch_size / seconds,
             epoch_seconds=seconds,
             time=time.time(),
         )
-        summary_metrics = metrics
-        if world.main:
-            with open(out / "metrics.jsonl", "a") as f:
-                f.write(json.dumps(metrics) + "\n")
+        self.check_good(metrics)
+        self.save(metrics)
+        return metrics
+
+    def batches(self, epoch: int, generator: torch.Generator):
+        """The process's (images, labels) of every step of `epoch`, augmented."""
+        config, world, steps = self.config, self.world, self.steps_per_epoch
+        show = world.main and not config.quiet
+        if self.in_memory:
+            order = torch.randperm(len(self.train_labels), generator=generator)[: steps * config.batch_size]
+            source = order.view(steps, config.batch_size)
+        else:
+            if world.world > 1:
+                self.loaders[0].sampler.set_epoch(epoch)
+            source = self.loaders[0]
+        for item in tqdm(source, desc=f"epoch {epoch + 1}", leave=False, disable=not show or None, total=steps):
+            if not self.in_memory:
+                images, labels = (t.to(self.device, non_blocking=True) for t in item)
+                yield self.mixup(images, labels) if self.mixup is not None else (images, labels)
+                continue
+            index = item.to(self.device)
+            images, labels = self.augment(self.train_images[index], self.train_labels[index], generator)
+            mine = slice(world.rank * self.batch, (world.rank + 1) * self.batch)
+            images, labels = images[mine], labels[mine]
+            yield (self.eraser(images) if self.eraser is not None else images), labels
+
+    def train_step(self, images: torch.Tensor, labels: torch.Tensor, epoch: int, step: int) -> torch.Tensor:
+        with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
+            loss = self.criterion(self.forward(images), labels)
+        if not torch.isfinite(loss):
+            raise TrainingDiverged(
+                self.diverged(f"the loss became {loss.item()} at epoch {epoch + 1}, step {step + 1}")
+            )
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.unscale_(self.optimizer)
+        else:
+            loss.backward()
+        if self.config.clip_grad:
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_grad)
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.scheduler.step_update(epoch * self.steps_per_epoch + step + 1)
+        if self.ema is not None:
+            self.ema.update(self.model)
+        return loss
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        """Top-1, top-5 and loss of `model` on the evaluation split (validation or test)."""
+        config, world, data = self.config, self.world, self.data
+        split = config.eval_split
+
+        def batches():
+            if not self.in_memory:
+                yield from ((x.to(self.device), y.to(self.device)) for x, y in self.loaders[1])
+                return
+            images, labels = (
+                (data.val_images, data.val_labels) if split == "val" else (data.test_images, data.test_labels)
+            )
+            normalise = BatchAugment(self.mean, self.std).normalise
+            for idx in torch.arange(world.rank, len(labels), world.world).split(config.eval_batch_size):
+                yield normalise(images[idx].to(self.device)), labels[idx].to(self.device)
+
+        return _evaluate(model, batches(), self.device, world, self.amp_dtype, split)
+
+    # --- checkpoints ------------------------------------------------------------------------------
+
+    def check_good(self, metrics: dict[str, Any]) -> None:
+        """Weights that are not finite, or an evaluation loss that is not, never become a checkpoint."""
+        loss = metrics.get(f"{self.config.eval_split}_loss")
+        if loss is not None and not math.isfinite(loss):
+            raise TrainingDiverged(
+                self.diverged(f"the {self.config.eval_split} loss became {loss} at epoch {metrics['epoch']}")
+            )
+        if not all(torch.isfinite(p).all() for p in self.model.parameters()):
+            raise TrainingDiverged(self.diverged(f"the weights stopped being finite at epoch {metrics['epoch']}"))
+
+    def diverged(self, what: str) -> str:
+        if self.checkpointed is None:
+            return f"{what}; no checkpoint was kept (it diverged in its first epoch): start again with a lower --lr"
+        return (
+            f"{what}; the last good checkpoint is {self.checkpoint_path} (epoch {self.checkpointed}): "
+            "continue from it with --resume --lr <lower>"
+        )
+
+    def save(self, metrics: dict[str, Any]) -> None:
+        """Checkpoint the epoch (durably, keeping the previous one), then log it, then snapshot."""
+        epoch = metrics["epoch"]
+        if self.world.main:
             state = {
-                "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(),
-                "ema": ema.state_dict() if ema is not None else None,
-                "scaler": scaler.state_dict() if scaler is not None else None,
-                "epoch": epoch + 1,
-                "rng": _rng_state(),
-                "config": dataclasses.asdict(config),
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "ema": self.ema.state_dict() if self.ema is not None else None,
+                "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+                "epoch": epoch,
+                "rng": rng_state(),
+                "config": dataclasses.asdict(self.config),
+                "metrics": metrics,
             }
-            atomic_save(state, checkpoint_path)
-            if epoch + 1 in config.snapshot_epochs:
-                save_snapshot(model, out, epoch + 1)
-            if evaluate:
-                epochs.set_postfix(loss=f"{train_loss:.3f}", top1=f"{metrics[f'{split}_top1']:.1f}")
-    summary = {"finished": last_epoch == config.epochs, "epochs_done": last_epoch, **summary_metrics}
-    summary["init"] = {k: init_report.to_dict()[k] for k in ("method", "mean_fidelity", "min_fidelity", "seconds")}
-    if world.main and summary["finished"]:
-        (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    return summary
+            atomic_save(state, self.checkpoint_path, keep_previous=True)
+            self.log.append(metrics)
+            if epoch in self.config.snapshot_epochs:
+                save_snapshot(self.model, self.out, epoch)
+        self.checkpointed = epoch
+
+    def finish(self, last: int, metrics: dict[str, Any]) -> dict[str, Any]:
+        """summary.json once the run has done all its epochs (a resume that had none left to do
+        takes the last logged epoch's metrics)."""
+        if not metrics and self.world.main:
+            metrics = (self.log.epochs() or [{}])[-1]
+        summary = {"finished": last == self.config.epochs, "epochs_done": last, **metrics}
+        summary["init"] = {
+            k: self.init_report.to_dict()[k] for k in ("method", "mean_fidelity", "min_fidelity", "seconds")
+        }
+        if self.world.main and summary["finished"]:
+            (self.out / "summary.json").write_text(json.dumps(summary, indent=2))
+        return summary
 
 
 # --- pieces ----------------------------------------------------------------------------------
@@ -473,21 +644,11 @@ def normalised_test_images(model: nn.Module, data: TensorData | StreamData, coun
     return torch.stack([transform(data.test[i][0]) for i in range(min(count, len(data.test)))])
 
 
-def atomic_save(obj: Any, path: Path) -> None:
-    """torch.save to a temporary file, then rename: a crash never leaves a half-written checkpoint."""
+def _write_yaml(path: Path, values: dict[str, Any]) -> None:
+    """config.yaml, replaced whole (a crash leaves the old one)."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    torch.save(obj, tmp)
+    tmp.write_text(yaml.safe_dump(values, sort_keys=False))
     os.replace(tmp, path)
-
-
-def _rng_state() -> dict[str, Any]:
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
 
 
 def _all_reduce_sum(value: torch.Tensor, world: Dist) -> torch.Tensor:
@@ -589,4 +750,4 @@ def print_summary(summary: dict[str, Any], out: str | Path) -> None:
     )
 
 
-__all__ = ["TrainConfig", "TrainingDiverged", "atomic_save", "presets", "train"]
+__all__ = ["Run", "TrainConfig", "TrainingDiverged", "presets", "resume_config", "train"]

@@ -146,6 +146,20 @@ class ModelAdapter(abc.ABC):
         """Output of block `index` for its input x."""
 
     @abc.abstractmethod
+    def prefix_tokens(self) -> list[nn.Parameter]:
+        """The learned tokens put before the patches (class, register, distillation tokens)."""
+
+    def redraw_embeddings(self, generator: torch.Generator) -> None:
+        """Draw a learned position embedding (trunc-normal, std 0.02) and the prefix tokens (N(0, 1e-6))
+        from `generator`, as timm's init does. The solve reads them, so with this the same seed gives
+        the same weights however the model was constructed; a frozen table (sin-cos) is kept."""
+        position = self.position_embedding()
+        if position is not None and position.requires_grad:
+            nn.init.trunc_normal_(position, std=0.02, generator=generator)
+        for token in self.prefix_tokens():
+            nn.init.normal_(token, std=1e-6, generator=generator)
+
+    @abc.abstractmethod
     def reset_timm(self, generator: torch.Generator) -> None:
         """Re-initialise every parameter as timm's own init does, drawing from `generator`."""
 

@@ -86,12 +86,12 @@ class HFViTAdapter(ModelAdapter):
         with _eval(self.model):
             return self.vit.layers[index](x)
 
-    def _prefix(self) -> list[nn.Parameter]:
+    def prefix_tokens(self) -> list[nn.Parameter]:
         embeddings = self.vit.embeddings
         return [t for t in (embeddings.cls_token, getattr(embeddings, "mask_token", None)) if t is not None]
 
     def reset_timm(self, generator: torch.Generator) -> None:
-        timm_scheme_(self.model, generator, self.position_embedding(), self._prefix())
+        timm_scheme_(self.model, generator, self.position_embedding(), self.prefix_tokens())
 
     def reset_kaiming(self, generator: torch.Generator) -> None:
-        torch_defaults_(self.model, generator, self.position_embedding(), self._prefix())
+        torch_defaults_(self.model, generator, self.position_embedding(), self.prefix_tokens())

@@ -109,8 +109,11 @@ class TimmViTAdapter(ModelAdapter):
         # weight_init="skip" leaves the position embedding and tokens uninitialised: timm's values
         model = self.model
         pos = model.pos_embed if model.pos_embed is not None and model.pos_embed.requires_grad else None
-        tokens = [t for t in (model.cls_token, model.reg_token, getattr(model, "dist_token", None)) if t is not None]
-        torch_defaults_(model, generator, pos, tokens)
+        torch_defaults_(model, generator, pos, self.prefix_tokens())
+
+    def prefix_tokens(self) -> list[nn.Parameter]:
+        model = self.model
+        return [t for t in (model.cls_token, model.reg_token, getattr(model, "dist_token", None)) if t is not None]
 
 
 def reset_with_timm(model: nn.Module, generator: torch.Generator) -> None:
