@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from structinit import checkpoint as checkpoint_module
 from structinit.cli import main
@@ -50,7 +51,7 @@ def test_resume_extends_a_finished_run_with_a_new_lr_and_records_the_change(tmp_
     assert main(["train", *FLAGS, "--epochs", "2", "--out", str(out)]) == 0
     assert main(["train", "--resume", "--out", str(out), "--epochs", "3", "--lr", "5e-4", "--quiet"]) == 0
     assert "finished: test top-1" in capsys.readouterr().out
-    config = TrainConfig(**__import__("yaml").safe_load((out / "config.yaml").read_text()))
+    config = TrainConfig(**yaml.safe_load((out / "config.yaml").read_text()))
     assert (config.epochs, config.lr, config.resume) == (3, 5e-4, False)
     events = [r for r in MetricsLog(out).records() if "event" in r]
     assert events == [{"event": "resume", "after_epoch": 2, "changed": {"epochs": [2, 3], "lr": [1e-3, 5e-4]}}]
@@ -268,7 +269,7 @@ def test_compare_refuses_a_run_made_with_another_recipe_and_reruns_it_on_request
         compare(other, ["timm"], [0], [10], tmp_path)
     rows = compare(other, ["timm"], [0], [10], tmp_path, rerun=True)
     assert len(rows) == 1 and rows[0]["recipe"] != ""
-    config = __import__("yaml").safe_load((tmp_path / "per_class_10" / "timm-seed0" / "config.yaml").read_text())
+    config = yaml.safe_load((tmp_path / "per_class_10" / "timm-seed0" / "config.yaml").read_text())
     assert config["lr"] == 5e-4
 
 

@@ -183,14 +183,14 @@ def train_config(args: argparse.Namespace, **overrides: Any):
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from .train import load_preset, print_summary, resume_config, train
+    from .train import TrainConfig, load_preset, print_summary, resume_config, train
 
     if args.resume:
         # the run's own config; the flags given now must agree with it, or be ones a resume may change
         asked = {k: v for k, v in train_values(args).items() if k not in ("resume", "out")}
         if args.preset:
             asked = {**load_preset(args.preset), **asked, "preset": args.preset}
-        config = resume_config(args.out or "runs/run", **asked)
+        config = resume_config(args.out or TrainConfig.out, **asked)
     else:
         config = train_config(args)
     summary = train(config)

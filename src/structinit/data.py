@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -214,30 +215,31 @@ def _list_images(split: Path, classes: list[str] | None = None) -> tuple[list[Pa
     files, labels = [], []
     for index, cls in enumerate(classes):
         folder = split / cls
-        found = sorted(f for f in folder.rglob("*") if f.suffix.lower() in IMAGE_SUFFIXES) if folder.is_dir() else []
+        found = sorted(_images_in(folder)) if folder.is_dir() else []
         files += found
         labels += [index] * len(found)
-    if not files:
-        raise FileNotFoundError(f"no images under {split}")
     return files, labels, classes
 
 
-def _check_classes(train: Path, test: Path) -> None:
+def _images_in(folder: Path):
+    return (f for f in folder.rglob("*") if f.suffix.lower() in IMAGE_SUFFIXES)
+
+
+def _check_classes(train: Path, test: Path, classes: list[str], train_labels: list[int], test_labels: list[int]):
     """Both splits must hold the same classes, each with images: a class folder that is empty, or
-    that only one split has, would silently shrink the classifier head or drop test images."""
-    found = {}
-    for split in (train, test):
-        folders = {d.name: d for d in split.iterdir() if d.is_dir()}
-        empty = sorted(
-            n for n, d in folders.items() if not any(f.suffix.lower() in IMAGE_SUFFIXES for f in d.rglob("*"))
-        )
+    that only one split has, would silently shrink the classifier head or drop test images. Reads
+    the listings already made (and walks only folders the test split alone has)."""
+    in_test = {d.name: d for d in test.iterdir() if d.is_dir()}
+    test_only = sorted(set(in_test) - set(classes))
+    for split, labels, extra in ((train, train_labels, []), (test, test_labels, test_only)):
+        counts = Counter(labels)
+        empty = [c for i, c in enumerate(classes) if counts[i] == 0 and (split == train or c in in_test)]
+        empty = sorted(empty + [c for c in extra if next(_images_in(in_test[c]), None) is None])
         if empty:
             raise ValueError(
                 f"class folder(s) without images in {split}: {', '.join(empty)}; add images or remove them"
             )
-        found[split] = set(folders)
-    for split, other in ((train, test), (test, train)):
-        missing = sorted(found[split] - found[other])
+    for split, other, missing in ((train, test, sorted(set(classes) - set(in_test))), (test, train, test_only)):
         if missing:
             raise ValueError(
                 f"class(es) {', '.join(missing)} in {split} but not in {other}: both splits need the same classes"
@@ -254,9 +256,9 @@ def _open_image(path: Path, mode: str = "RGB") -> Image.Image:
 
 def _imagefolder(name: str, path: Path, cache_dir: str | Path | None) -> TensorData | StreamData:
     train_dir, test_dir = _split_dirs(path)
-    _check_classes(train_dir, test_dir)
     train_files, train_labels, classes = _list_images(train_dir)
     test_files, test_labels, _ = _list_images(test_dir, classes)
+    _check_classes(train_dir, test_dir, classes, train_labels, test_labels)
     probe = _open_image(train_files[0])
     if max(probe.size) > SMALL_IMAGE_PX:
         from torchvision.datasets import ImageFolder

@@ -171,7 +171,8 @@ def collect(out: Path) -> list[dict[str, Any]]:
         path = summary_path.parent
         summary = json.loads(summary_path.read_text())
         config = json.loads(json.dumps(_read_yaml(path / "config.yaml")))
-        split = TrainConfig(**config).eval_split
+        resolved = TrainConfig(**config)
+        split = resolved.eval_split
         curve = MetricsLog(path).epochs()
         top1_curve = [(m["epoch"], m[f"{split}_top1"]) for m in curve if f"{split}_top1" in m]
         rows.append(
@@ -192,7 +193,7 @@ def collect(out: Path) -> list[dict[str, Any]]:
                 "wall_secs": round(curve[-1]["time"] - curve[0]["time"] + curve[0]["epoch_seconds"], 1),
                 "train_loss": round(curve[-1]["train_loss"], 4),
                 "steps": curve[-1].get("step", ""),
-                "recipe": config_hash(dataclasses.asdict(TrainConfig(**config)), leave_out=NOT_RECIPE),
+                "recipe": config_hash(dataclasses.asdict(resolved), leave_out=NOT_RECIPE),
                 "curve": top1_curve,
                 "loss_curve": [(m["epoch"], m["train_loss"]) for m in curve],
             }

@@ -149,6 +149,11 @@ class MetricsLog:
             records.append(last)
         text = "".join(json.dumps(r) + "\n" for r in records)
         if not self.path.exists() or self.path.read_text() != text:
-            tmp = self.path.with_name(f".{self.path.name}.tmp{os.getpid()}")
-            tmp.write_text(text)
-            os.replace(tmp, self.path)
+            atomic_write_text(self.path, text)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Replace a small text file whole: a crash leaves the old one."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)

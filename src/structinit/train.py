@@ -42,7 +42,7 @@ from .methods import initialize
 from .models import create_model
 from .options import DEFAULT, parse_init
 from .report import Report
-from .rundir import MetricsLog, RunError, RunLock, flag, resume_changes
+from .rundir import MetricsLog, RunError, RunLock, atomic_write_text, flag, resume_changes
 
 # (low, high, low excluded, high excluded) of every numeric setting; high None: unbounded
 LIMITS: dict[str, tuple[float, float | None, bool, bool]] = {
@@ -319,7 +319,7 @@ class Run:
                 for stale in ("metrics.jsonl", "summary.json", "prev.pt"):
                     (self.out / stale).unlink(missing_ok=True)
                 self.out.mkdir(parents=True, exist_ok=True)
-                _write_yaml(self.out / "config.yaml", dataclasses.asdict(config))
+                _write_config(self.out, dataclasses.asdict(config))
             return None
         if not self.checkpoint_path.exists():
             raise RunError(
@@ -334,7 +334,7 @@ class Run:
             self.log.reconcile(checkpoint["epoch"], checkpoint.get("metrics"))
             if changes:
                 self.log.append({"event": "resume", "after_epoch": checkpoint["epoch"], "changed": changes})
-                _write_yaml(self.out / "config.yaml", {**dataclasses.asdict(config), "resume": False})
+                _write_config(self.out, {**dataclasses.asdict(config), "resume": False})
                 if "epochs" in changes:
                     (self.out / "summary.json").unlink(missing_ok=True)
         return checkpoint
@@ -542,7 +542,7 @@ class Run:
             raise TrainingDiverged(
                 self.diverged(f"the {self.config.eval_split} loss became {loss} at epoch {metrics['epoch']}")
             )
-        if not all(torch.isfinite(p).all() for p in self.model.parameters()):
+        if not torch.stack([torch.isfinite(p).all() for p in self.model.parameters()]).all():  # one sync
             raise TrainingDiverged(self.diverged(f"the weights stopped being finite at epoch {metrics['epoch']}"))
 
     def diverged(self, what: str) -> str:
@@ -579,9 +579,8 @@ class Run:
         if not metrics and self.world.main:
             metrics = (self.log.epochs() or [{}])[-1]
         summary = {"finished": last == self.config.epochs, "epochs_done": last, **metrics}
-        summary["init"] = {
-            k: self.init_report.to_dict()[k] for k in ("method", "mean_fidelity", "min_fidelity", "seconds")
-        }
+        report = self.init_report.to_dict()
+        summary["init"] = {k: report[k] for k in ("method", "mean_fidelity", "min_fidelity", "seconds")}
         if self.world.main and summary["finished"]:
             (self.out / "summary.json").write_text(json.dumps(summary, indent=2))
         return summary
@@ -622,6 +621,10 @@ def prefer_math_attention(model: nn.Module, device: torch.device, amp_dtype: tor
                 module.fused_attn = False
 
 
+def _write_config(out: Path, values: dict[str, Any]) -> None:
+    atomic_write_text(out / "config.yaml", yaml.safe_dump(values, sort_keys=False))
+
+
 def save_snapshot(model: nn.Module, out: Path, epoch: int) -> None:
     """The model's weights after `epoch` (0: at init) in OUT/snapshots, for measuring how what the
     init put in changes along training (benchmarks/bench_mechanism.py --part training)."""
@@ -642,13 +645,6 @@ def normalised_test_images(model: nn.Module, data: TensorData | StreamData, coun
         return normalise_for(model, data.test_images[:count])
     transform = create_transform(**_data_config(model), is_training=False)
     return torch.stack([transform(data.test[i][0]) for i in range(min(count, len(data.test)))])
-
-
-def _write_yaml(path: Path, values: dict[str, Any]) -> None:
-    """config.yaml, replaced whole (a crash leaves the old one)."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(yaml.safe_dump(values, sort_keys=False))
-    os.replace(tmp, path)
 
 
 def _all_reduce_sum(value: torch.Tensor, world: Dist) -> torch.Tensor:

@@ -154,10 +154,8 @@ class ModelAdapter(abc.ABC):
         from `generator`, as timm's init does. The solve reads them, so with this the same seed gives
         the same weights however the model was constructed; a frozen table (sin-cos) is kept."""
         position = self.position_embedding()
-        if position is not None and position.requires_grad:
-            nn.init.trunc_normal_(position, std=0.02, generator=generator)
-        for token in self.prefix_tokens():
-            nn.init.normal_(token, std=1e-6, generator=generator)
+        learned = position if position is not None and position.requires_grad else None
+        timm_embeddings_(learned, self.prefix_tokens(), generator)
 
     @abc.abstractmethod
     def reset_timm(self, generator: torch.Generator) -> None:
@@ -182,6 +180,14 @@ class ModelAdapter(abc.ABC):
             )
             for i, layer in enumerate(layers)
         ]
+
+
+def timm_embeddings_(position: nn.Parameter | None, tokens: list[nn.Parameter], generator: torch.Generator) -> None:
+    """timm's init of a position embedding (trunc-normal, std 0.02; None: none) and prefix tokens (N(0, 1e-6))."""
+    if position is not None:
+        nn.init.trunc_normal_(position, std=0.02, generator=generator)
+    for token in tokens:
+        nn.init.normal_(token, std=1e-6, generator=generator)
 
 
 def patchify_directions(proj: nn.Conv2d) -> torch.Tensor:

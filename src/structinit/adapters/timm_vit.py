@@ -9,7 +9,7 @@ from timm.layers import Attention
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from .base import AttentionLayer, ModelAdapter, PackedQKVLayer, patchify_directions
+from .base import AttentionLayer, ModelAdapter, PackedQKVLayer, patchify_directions, timm_embeddings_
 
 
 class TimmAttentionLayer(PackedQKVLayer):
@@ -143,9 +143,7 @@ def timm_scheme_(
         elif isinstance(module, nn.LayerNorm) and module.elementwise_affine:
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)
-    nn.init.trunc_normal_(position, std=0.02, generator=generator)
-    for token in tokens:
-        nn.init.normal_(token, std=1e-6, generator=generator)
+    timm_embeddings_(position, tokens, generator)
 
 
 def torch_defaults_(
@@ -165,10 +163,7 @@ def torch_defaults_(
             nn.init.ones_(module.weight)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
-    if position is not None:
-        nn.init.trunc_normal_(position, std=0.02, generator=generator)
-    for token in tokens:
-        nn.init.normal_(token, std=1e-6, generator=generator)
+    timm_embeddings_(position, tokens, generator)
 
 
 def _torch_default_(module: nn.Module, generator: torch.Generator) -> None:
