@@ -377,15 +377,33 @@ def test_the_init_gives_the_same_weights_however_the_model_was_constructed():
 
 
 def test_structinit_init_is_the_same_in_two_fresh_processes(tmp_path):
-    """`structinit init --seed` seeds the model's construction too: its whole report repeats."""
+    """`structinit init --seed` seeds the model's construction too: its whole report and every
+    weight repeat (the digest covers the whole state dict), and another seed changes them."""
     reports = []
-    for name in ("a", "b"):
+    for name, seed in (("a", 5), ("b", 5), ("c", 6)):
         path = tmp_path / f"{name}.json"
         command = [sys.executable, "-m", "structinit", "init", "vit_w96_d4_p4", "--model-kwargs", "img_size=32"]
-        subprocess.run([*command, "--seed", "5", "--json", str(path)], capture_output=True, check=True)
+        subprocess.run([*command, "--seed", str(seed), "--json", str(path)], capture_output=True, check=True)
         report = json.loads(path.read_text())
         report.pop("seconds")
         for layer in report["layers"]:
             layer.pop("seconds", None)
         reports.append(report)
     assert reports[0] == reports[1]
+    assert len(reports[0]["weights_sha256"]) == 64
+    assert reports[2]["weights_sha256"] != reports[0]["weights_sha256"]
+
+
+def test_weights_sha256_tells_weights_apart_by_one_bit_name_dtype_or_shape():
+    state = {"a": torch.randn(3, 4), "b": torch.arange(5)}
+    digest = checkpoint_module.weights_sha256(state)
+    assert checkpoint_module.weights_sha256({k: v.clone() for k, v in state.items()}) == digest
+    one_ulp = state["a"].clone()
+    one_ulp[1, 2] = torch.nextafter(one_ulp[1, 2], torch.tensor(float("inf")))
+    for changed in (
+        {**state, "a": one_ulp},
+        {"A": state["a"], "b": state["b"]},
+        {**state, "a": state["a"].double()},
+        {**state, "a": state["a"].reshape(4, 3)},
+    ):
+        assert checkpoint_module.weights_sha256(changed) != digest

@@ -101,6 +101,19 @@ def upgrade_checkpoint(path: Path) -> None:
     atomic_save(new, path)
 
 
+def weights_sha256(state: dict[str, torch.Tensor]) -> str:
+    """A digest of a state dict's names, dtypes, shapes and bytes: two inits are the same weights
+    exactly when their digests are equal, without keeping both models."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name, tensor in sorted(state.items()):
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)};".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
 def rng_state() -> dict[str, Any]:
     """Every global random stream, as tensors and plain lists."""
     return {

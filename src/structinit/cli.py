@@ -202,6 +202,7 @@ def run_train(args: argparse.Namespace) -> int:
 def run_init(args: argparse.Namespace) -> int:
     import torch
 
+    from .checkpoint import weights_sha256
     from .methods import initialize, supported_models
     from .models import create_model
 
@@ -219,10 +220,12 @@ def run_init(args: argparse.Namespace) -> int:
     torch.manual_seed(args.seed)  # what the init leaves (MLPs, head) is the same in every process too
     model = create_model(args.model, num_classes=classes, in_chans=channels, data_size=None, **model_kwargs)
     report = initialize(model, args.method, kernel_size=args.kernel_size, seed=args.seed, **options)
+    digest = weights_sha256(model.state_dict())
     print(report)
+    print(f"weights sha256: {digest}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(report.to_dict(), f, indent=2)
+            json.dump({**report.to_dict(), "weights_sha256": digest}, f, indent=2)
     return 0
 
 
