@@ -12,8 +12,9 @@ import errno
 import os
 import pickle
 import random
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import torch
@@ -21,14 +22,17 @@ import torch
 from .rundir import RunError
 
 
-def atomic_save(obj: Any, path: Path, keep_previous: bool = False) -> None:
-    """torch.save to a temporary file, fsync, then rename over `path` (the old file becomes prev.pt
-    with `keep_previous`). A crash leaves the old file intact; a failure leaves no temporary file."""
+def atomic_save(
+    obj: Any, path: Path, keep_previous: bool = False, write: Callable[[Any, BinaryIO], Any] | None = None
+) -> None:
+    """`write` (default torch.save) to a temporary file, fsync, then rename over `path` (the old file becomes
+    prev.pt with `keep_previous`). A crash leaves the old file intact; a failure leaves no temporary
+    file and says in one line what to do."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
-            torch.save(obj, f)
+            (write or torch.save)(obj, f)
             f.flush()
             os.fsync(f.fileno())
         if keep_previous and path.exists():
@@ -42,7 +46,8 @@ def atomic_save(obj: Any, path: Path, keep_previous: bool = False) -> None:
     except OSError as error:
         tmp.unlink(missing_ok=True)
         if error.errno == errno.ENOSPC:
-            raise RunError(f"no space left on the device holding {path}: free some and --resume") from None
+            then = " and --resume" if keep_previous else ""  # a run's checkpoint, or a file written once
+            raise RunError(f"no space left on the device holding {path}: free some{then}") from None
         raise RunError(f"cannot write {path}: {error.strerror or error}") from None
 
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from . import __version__
 from .methods import METHODS
 from .models import PRESETS
 from .options import VARIANTS, parse_assignments, parse_init, split_top_level
@@ -28,6 +29,7 @@ INIT_HELP = (
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="structinit", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"structinit {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     init = commands.add_parser("init", help="build a timm model, initialise it and print the report")
     init.add_argument("model", nargs="?", help="a preset or timm model name, e.g. vit_tiny_patch16_224")
@@ -38,6 +40,12 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--model-kwargs", help="timm.create_model keywords, e.g. img_size=32,patch_size=4,num_heads=12")
     init.add_argument("--options", help="method options, e.g. target_fidelity=0.9,assignment=ordered")
     init.add_argument("--json", metavar="PATH", help="also write the report as JSON")
+    init.add_argument(
+        "--save",
+        metavar="PATH",
+        help="write the initialised weights (.safetensors, .pth or .pt) for timm's --initial-checkpoint, "
+        "load_state_dict or any trainer",
+    )
 
     train = commands.add_parser("train", help="train one model (timm recipe); torchrun for several processes")
     add_train_arguments(train)
@@ -203,6 +211,7 @@ def run_init(args: argparse.Namespace) -> int:
     import torch
 
     from .checkpoint import weights_sha256
+    from .export import SUFFIXES, save_init
     from .methods import initialize, supported_models
     from .models import create_model
 
@@ -214,15 +223,17 @@ def run_init(args: argparse.Namespace) -> int:
 
     if args.json and Path(args.json).is_dir():
         raise ValueError(f"--json {args.json} is a directory: give a file name, e.g. {Path(args.json) / 'init.json'}")
+    if args.save and Path(args.save).suffix not in SUFFIXES:
+        raise ValueError(f"--save takes a file ending in {', '.join(SUFFIXES)}, got {args.save!r}")
     model_kwargs = parse_assignments(args.model_kwargs, "--model-kwargs")
     options = parse_assignments(args.options, "--options")
     classes, channels = model_kwargs.pop("num_classes", 1000), model_kwargs.pop("in_chans", 3)
     torch.manual_seed(args.seed)  # what the init leaves (MLPs, head) is the same in every process too
     model = create_model(args.model, num_classes=classes, in_chans=channels, data_size=None, **model_kwargs)
     report = initialize(model, args.method, kernel_size=args.kernel_size, seed=args.seed, **options)
-    digest = weights_sha256(model.state_dict())
     print(report)
-    print(f"weights sha256: {digest}")
+    digest = save_init(model, args.save, report) if args.save else weights_sha256(model.state_dict())
+    print(f"weights sha256: {digest}" + (f", saved to {args.save}" if args.save else ""))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({**report.to_dict(), "weights_sha256": digest}, f, indent=2)
@@ -324,6 +335,10 @@ COMMANDS = {
 }
 
 
+# modules that the library call does without, and the extra that installs each
+EXTRAS = {"matplotlib": "train", "sklearn": "train", "tqdm": "train", "yaml": "train", "tensorboard": "log"}
+
+
 def main(argv: list[str] | None = None) -> int:
     from .rundir import RunError
 
@@ -335,6 +350,11 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as error:  # a missing, unwritable or full path: its name and the reason
         where = f"{error.filename}: " if error.filename else ""
         return fail(args.command, f"{where}{error.strerror or error}")
+    except ModuleNotFoundError as error:
+        extra = EXTRAS.get((error.name or "").split(".")[0])
+        if extra is None:
+            raise
+        return fail(args.command, f"this needs {error.name}: pip install 'structinit[{extra}]'")
     except KeyboardInterrupt:
         print(f"structinit {args.command}: interrupted; finished epochs are checkpointed (--resume)", file=sys.stderr)
         return 130

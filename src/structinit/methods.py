@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .adapters import AttentionLayer, ModelAdapter, get_adapter
+from .adapters import AttentionLayer, ModelAdapter, get_adapter, unwrap
 from .adapters.convmixer import ConvMixerAdapter, get_conv_adapter
 from .adapters.mixer import MixerAdapter
 from .adapters.swin import SwinAdapter
@@ -52,13 +52,15 @@ def initialize(
     (at timm's init); everything else they write is drawn from it too. Of the weights they leave,
     impulse reads only the patch embedding (with blind_to_content, the maps ignore its span), and
     with propagate=True every block's output; `structinit init --seed` and the trainer seed the
-    model's construction as well, so their weights repeat exactly.
+    model's construction as well, so their weights repeat exactly. A model wrapped by torch.compile,
+    DistributedDataParallel or DataParallel is initialised through the wrapper (they share weights).
     """
     if seed is None:
         seed = int(torch.randint(2**31 - 1, (1,)))
     elif isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int or None, got {seed!r}")
     generator = torch.Generator().manual_seed(seed)
+    model = unwrap(model)
     conv = get_conv_adapter(model)
     if conv is not None:
         return _initialize_filters(model, conv, method, kernel_size, seed, generator, options)

@@ -13,29 +13,35 @@ from timm.models.convmixer import ConvMixer
 from timm.models.mlp_mixer import MlpMixer
 from torch import nn
 
-# name -> (timm architecture name or model class, keyword arguments); image size and channels come
-# from the data
+# name -> (timm architecture name or model class, keyword arguments); img_size is the preset's own
+# image size, which the data's size replaces when there is data (channels always come from the data)
 PRESETS: dict[str, tuple[str | Callable[..., nn.Module], dict[str, Any]]] = {
-    "vit_digits": ("vit_tiny_patch16_224", dict(patch_size=1, embed_dim=64, depth=4, num_heads=4, mlp_ratio=2.0)),
-    "vit_tiny_p4": ("vit_tiny_patch16_224", dict(patch_size=4)),  # ViT-T (192 x 12, 3 heads) at 32 px
-    "vit_tiny_p2": ("vit_tiny_patch16_224", dict(patch_size=2)),
-    "vit_small_p4": ("vit_small_patch16_224", dict(patch_size=4)),
-    "vit_d6_p4": ("vit_tiny_patch16_224", dict(patch_size=4, depth=6)),  # the FINDINGS / study ViT
+    "vit_digits": (
+        "vit_tiny_patch16_224",
+        dict(img_size=8, patch_size=1, embed_dim=64, depth=4, num_heads=4, mlp_ratio=2.0),
+    ),
+    "vit_tiny_p4": ("vit_tiny_patch16_224", dict(img_size=32, patch_size=4)),  # ViT-T (192 x 12, 3 heads) at 32 px
+    "vit_tiny_p2": ("vit_tiny_patch16_224", dict(img_size=32, patch_size=2)),
+    "vit_small_p4": ("vit_small_patch16_224", dict(img_size=32, patch_size=4)),
+    "vit_d6_p4": ("vit_tiny_patch16_224", dict(img_size=32, patch_size=4, depth=6)),  # the FINDINGS / study ViT
     # the convergence study's ViT on a 2-core CPU: half the width, two thirds of the depth (~7x cheaper)
-    "vit_w96_d4_p4": ("vit_tiny_patch16_224", dict(patch_size=4, depth=4, embed_dim=96)),
+    "vit_w96_d4_p4": ("vit_tiny_patch16_224", dict(img_size=32, patch_size=4, depth=4, embed_dim=96)),
     # the paper's v1 ViT: no class token, global average pooling, a fixed 2-D sin-cos position table
     "vit_d6_p4_gap_sincos": (
         "vit_tiny_patch16_224",
-        dict(patch_size=4, depth=6, class_token=False, global_pool="avg", pos_embed="sincos"),
+        dict(img_size=32, patch_size=4, depth=6, class_token=False, global_pool="avg", pos_embed="sincos"),
     ),
     # the CNN yardstick of the study: the ViT's width, depth, patch and kernel (3 x 3) as a ConvMixer
     "convmixer_d6_p4": (ConvMixer, dict(dim=192, depth=6, patch_size=4, kernel_size=3)),
     # the study ViT's budget in other families (families.md): 6 blocks, 8 x 8 tokens of 192 at the end
     "swin_d6_p2_w4": (
         "swin_tiny_patch4_window7_224",
-        dict(patch_size=2, window_size=4, embed_dim=96, depths=(2, 4), num_heads=(3, 6)),
+        dict(img_size=32, patch_size=2, window_size=4, embed_dim=96, depths=(2, 4), num_heads=(3, 6)),
     ),
-    "mixer_d6_p4": (MlpMixer, dict(patch_size=4, num_blocks=6, embed_dim=192)),  # 96 token-mixing units, 64 tokens
+    "mixer_d6_p4": (
+        MlpMixer,
+        dict(img_size=32, patch_size=4, num_blocks=6, embed_dim=192),
+    ),  # 96 token-mixing units, 64 tokens
 }
 
 
@@ -56,7 +62,7 @@ def create_model(
     options = {**preset_kwargs, **kwargs, "num_classes": num_classes, "in_chans": in_chans}
     if drop_path:
         options["drop_path_rate"] = drop_path
-    if data_size is not None and "img_size" not in options and _takes_img_size(arch):
+    if data_size is not None and "img_size" not in kwargs and _takes_img_size(arch):
         options["img_size"] = data_size
     if callable(arch):
         return arch(**options)

@@ -24,6 +24,19 @@ def supported_families() -> str:
     return "; ".join(f"{a.family}, e.g. {a.example}" for a in [*ADAPTERS, *OTHER_FAMILIES])
 
 
+def unwrap(model: nn.Module) -> nn.Module:
+    """The model inside torch.compile's and the data-parallel wrappers: they share its parameters, so
+    initialising the inner model initialises the wrapped one (every DDP rank draws the same weights
+    from the same seed)."""
+    while True:
+        if isinstance(model, nn.parallel.DistributedDataParallel | nn.DataParallel):
+            model = model.module
+        elif hasattr(model, "_orig_mod") and type(model).__name__ == "OptimizedModule":  # torch.compile
+            model = model._orig_mod
+        else:
+            return model
+
+
 def get_adapter(model: nn.Module) -> ModelAdapter:
     """The adapter for `model`, or a TypeError that lists the supported families."""
     if not isinstance(model, nn.Module):
@@ -45,4 +58,12 @@ def get_adapter(model: nn.Module) -> ModelAdapter:
     raise TypeError(f"structinit does not support {type(model).__name__} models; supported: {supported_families()}")
 
 
-__all__ = ["ADAPTERS", "OTHER_FAMILIES", "AttentionLayer", "ModelAdapter", "get_adapter", "supported_families"]
+__all__ = [
+    "ADAPTERS",
+    "OTHER_FAMILIES",
+    "AttentionLayer",
+    "ModelAdapter",
+    "get_adapter",
+    "supported_families",
+    "unwrap",
+]
