@@ -22,7 +22,10 @@ class EvaAttentionLayer(AttentionLayer):
         attn = block.attn
         self.attn = attn
         self.norm = nn.Identity() if isinstance(block, EvaBlockPostNorm) else block.norm1
-        self.num_heads, self.head_dim, self.scale = attn.num_heads, attn.head_dim, attn.scale
+        self.num_heads, self.scale = attn.num_heads, attn.scale
+        # timm < 1.0.17 keeps no head_dim on EvaAttention; the projection's width says it
+        width = attn.qkv.out_features // 3 if attn.qkv is not None else attn.q_proj.out_features
+        self.head_dim = width // attn.num_heads
 
     def _split(self, tensor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         width = self.num_heads * self.head_dim
@@ -66,7 +69,8 @@ class TimmEvaAdapter(TimmViTAdapter):
                 "supports Eva models without RoPE (create it with use_rot_pos_emb=False, use_abs_pos_emb=True)"
             )
         for i, block in enumerate(model.blocks):
-            if not isinstance(block.attn, EvaAttention) or block.attn.gate is not None:
+            gated = getattr(block.attn, "gate", None) is not None  # timm's newer gated attention
+            if not isinstance(block.attn, EvaAttention) or gated:
                 raise TypeError(f"block {i} uses {type(block.attn).__name__}; structinit supports Eva's EvaAttention")
 
     @classmethod
