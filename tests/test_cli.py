@@ -67,3 +67,22 @@ def test_python_dash_m_entry_point():
         check=True,
     )
     assert "timm init of VisionTransformer" in result.stdout
+
+
+def test_a_missing_extra_is_named_in_one_line_and_other_import_errors_are_not_hidden(monkeypatch, capsys):
+    from structinit import cli
+
+    def needs(module):
+        def command(args):
+            raise ModuleNotFoundError(f"No module named '{module}'", name=module)
+
+        return command
+
+    monkeypatch.setitem(cli.COMMANDS, "rank", needs("matplotlib.pyplot"))
+    assert cli.main(["rank", "vit_digits"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "structinit rank: error: this needs matplotlib.pyplot: pip install 'structinit[train]'"
+    )
+    monkeypatch.setitem(cli.COMMANDS, "rank", needs("a_typo_in_structinit"))
+    with pytest.raises(ModuleNotFoundError, match="a_typo_in_structinit"):
+        cli.main(["rank", "vit_digits"])
