@@ -1,4 +1,4 @@
-"""Two measurements the README and the init's docstrings quote.
+"""Two measurements docs/methods.md and the init's docstrings quote.
 
 1. Why mimetic init of ViT-B is slow: the cost of one exact factorisation of a 768x768 matrix
    (eigendecomposition of its Gram matrix, and a full SVD), and how much of the optimal rank-64
