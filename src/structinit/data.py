@@ -283,7 +283,9 @@ def _decode_cached(files: list[Path], size: tuple[int, int], cache_dir: str | Pa
     from tqdm.auto import tqdm
 
     out = torch.empty(len(files), 3, size[1], size[0], dtype=torch.uint8)
-    for i, f in enumerate(tqdm(files, desc=f"decoding {files[0].parents[1].name}", unit="img", leave=False)):
+    # disable=None: a bar on a terminal, nothing in a log file
+    bar = tqdm(files, desc=f"decoding {files[0].parents[1].name}", unit="img", leave=False, disable=None)
+    for i, f in enumerate(bar):
         image = _open_image(f)
         if image.size != size:
             raise ValueError(f"image {f} is {image.size[0]}x{image.size[1]}, the others {size[0]}x{size[1]}")
