@@ -9,6 +9,7 @@ prev.pt; a failed write (a full disk) removes the temporary file and says so in 
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import pickle
 import random
@@ -109,8 +110,6 @@ def upgrade_checkpoint(path: Path) -> None:
 def weights_sha256(state: dict[str, torch.Tensor]) -> str:
     """A digest of a state dict's names, dtypes, shapes and bytes: two inits are the same weights
     exactly when their digests are equal, without keeping both models."""
-    import hashlib
-
     digest = hashlib.sha256()
     for name, tensor in sorted(state.items()):
         tensor = tensor.detach().cpu().contiguous()

@@ -211,7 +211,7 @@ def run_init(args: argparse.Namespace) -> int:
     import torch
 
     from .checkpoint import weights_sha256
-    from .export import SUFFIXES, save_init
+    from .export import check_init_path, save_init
     from .methods import initialize, supported_models
     from .models import create_model
 
@@ -223,8 +223,8 @@ def run_init(args: argparse.Namespace) -> int:
 
     if args.json and Path(args.json).is_dir():
         raise ValueError(f"--json {args.json} is a directory: give a file name, e.g. {Path(args.json) / 'init.json'}")
-    if args.save and Path(args.save).suffix not in SUFFIXES:
-        raise ValueError(f"--save takes a file ending in {', '.join(SUFFIXES)}, got {args.save!r}")
+    if args.save:
+        check_init_path(args.save)
     model_kwargs = parse_assignments(args.model_kwargs, "--model-kwargs")
     options = parse_assignments(args.options, "--options")
     classes, channels = model_kwargs.pop("num_classes", 1000), model_kwargs.pop("in_chans", 3)

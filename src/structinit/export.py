@@ -21,10 +21,8 @@ from .report import Report
 SUFFIXES = (".safetensors", ".pth", ".pt")
 
 
-def save_init(model: nn.Module, path: str | Path, report: Report | None = None) -> str:
-    """Write `model`'s weights (unwrapped from torch.compile/DDP) to `path` and return their sha256.
-
-    Pass the `Report` that `initialize` returned to record the init in a `.safetensors` file."""
+def check_init_path(path: str | Path) -> Path:
+    """`path` if save_init can write there, else a ValueError that names the fix (before any work)."""
     path = Path(path)
     if path.suffix not in SUFFIXES:
         raise ValueError(f"save the init as one of {', '.join(SUFFIXES)}, got {path.name!r}")
@@ -32,6 +30,14 @@ def save_init(model: nn.Module, path: str | Path, report: Report | None = None) 
         raise ValueError(f"{path} is a directory: give a file name, e.g. {path / ('init' + SUFFIXES[0])}")
     if not path.parent.is_dir():
         raise ValueError(f"{path.parent} does not exist: create it first")
+    return path
+
+
+def save_init(model: nn.Module, path: str | Path, report: Report | None = None) -> str:
+    """Write `model`'s weights (unwrapped from torch.compile/DDP) to `path` and return their sha256.
+
+    Pass the `Report` that `initialize` returned to record the init in a `.safetensors` file."""
+    path = check_init_path(path)
     # own, contiguous CPU copies: safetensors refuses tensors that share storage
     state = {name: t.detach().cpu().contiguous().clone() for name, t in unwrap(model).state_dict().items()}
     digest = weights_sha256(state)

@@ -38,10 +38,8 @@ PRESETS: dict[str, tuple[str | Callable[..., nn.Module], dict[str, Any]]] = {
         "swin_tiny_patch4_window7_224",
         dict(img_size=32, patch_size=2, window_size=4, embed_dim=96, depths=(2, 4), num_heads=(3, 6)),
     ),
-    "mixer_d6_p4": (
-        MlpMixer,
-        dict(img_size=32, patch_size=4, num_blocks=6, embed_dim=192),
-    ),  # 96 token-mixing units, 64 tokens
+    # 96 token-mixing units, 64 tokens
+    "mixer_d6_p4": (MlpMixer, dict(img_size=32, patch_size=4, num_blocks=6, embed_dim=192)),
 }
 
 
