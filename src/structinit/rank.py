@@ -89,7 +89,7 @@ def rank_figure(
     from .targets import load_target
     from .train import normalised_test_images
 
-    model, dataset, title = load_target(
+    model, dataset, title, _ = load_target(
         target, data=data, at_init=at_init, init=init, model_kwargs=model_kwargs, seed=seed
     )
     batch = normalised_test_images(model, dataset, images)

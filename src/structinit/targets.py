@@ -6,13 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from torch import nn
 
 from .checkpoint import load_checkpoint
 from .data import StreamData, TensorData, load_data
 from .models import is_model_name
-from .train import TrainConfig, build_model
+from .train import TrainConfig, build_model, read_config
 
 
 def load_target(
@@ -23,23 +22,23 @@ def load_target(
     init: str = "impulse",
     model_kwargs: dict[str, Any] | None = None,
     seed: int = 0,
-) -> tuple[nn.Module, TensorData | StreamData, str]:
-    """(model in eval mode, dataset, title). A run directory gives the model of its config.yaml
+) -> tuple[nn.Module, TensorData | StreamData, str, TrainConfig]:
+    """(model in eval mode, dataset, title, config). A run directory gives the model of its config.yaml
     with the weights of last.pt (unless `at_init`) and its data (unless `data`); anything else is a
     timm model name or preset, initialised with the init label `init`, on `data` (default digits)."""
     run = Path(target)
     if (run / "config.yaml").exists():
-        config = TrainConfig(**yaml.safe_load((run / "config.yaml").read_text()))
+        config = read_config(run / "config.yaml")
         dataset = load_data(data or config.data, root=config.data_root, cache_dir=config.cache_dir)
         model, _ = build_model(config, dataset)
-        state = "at init"
+        state = "at initialisation"
         if not at_init:
             if not (run / "last.pt").exists():
                 raise FileNotFoundError(f"{run} has no last.pt; use --at-init for the model at initialisation")
             checkpoint = load_checkpoint(run / "last.pt")
             model.load_state_dict(checkpoint["model"])
-            state = f"after epoch {checkpoint['epoch']}"
-        title = f"{run.name} ({config.init} init), {state}"
+            state = f"trained {checkpoint['epoch']} of {config.epochs} epochs"
+        title = f"{config.model}, {config.init} init (seed {config.seed}), {state} on {config.data}"
     else:
         if run.exists():
             raise FileNotFoundError(f"{run} is a directory without config.yaml: not a run directory")
@@ -48,5 +47,5 @@ def load_target(
         config = TrainConfig(model=target, init=init, seed=seed, model_kwargs=model_kwargs or {})
         dataset = load_data(data or "digits")
         model, _ = build_model(config, dataset)
-        title = f"{target}, {init} init"
-    return model.eval(), dataset, title
+        title = f"{target}, {init} init (seed {seed}), at initialisation"
+    return model.eval(), dataset, title, config
