@@ -48,7 +48,7 @@ from structinit.data import load_data
 from structinit.experiments import write_generated_section
 from structinit.fidelity import layer_inputs, offset_mass
 from structinit.rank import feature_ranks
-from structinit.train import TrainConfig, build_model, normalise_for, normalised_test_images
+from structinit.train import TrainConfig, build_model, normalise_for, normalised_test_images, read_config
 
 DATA = "cifar10:../shared/datasets/cifar10"
 INITS = [
@@ -205,7 +205,6 @@ TRAINING_EPOCHS = (0, 10, 40)  # the snapshots the table shows, with each run's 
 def training_part(runs: Path, docs: Path, held_out: int = 26) -> None:
     """Per run with snapshots, at epochs 0, 10, 40 and its last snapshot, `snapshot_measures` on
     held-out training images."""
-    import yaml
 
     header = (
         "| run | epoch | on assigned offset, layer 0 / all | best-offset mass | entropy / log T | pos / patch RMS "
@@ -215,7 +214,7 @@ def training_part(runs: Path, docs: Path, held_out: int = 26) -> None:
     lines, datasets = [header], {}
     for folder in sorted(runs.glob("*/per_class_*/*-seed0/snapshots")):
         run = folder.parent
-        config = TrainConfig(**yaml.safe_load((run / "config.yaml").read_text()))
+        config = read_config(run / "config.yaml")
         key = (config.data, config.per_class)
         if key not in datasets:  # CIFAR-10: 26 held-out images per class, of which the first 256 are used
             datasets[key] = load_data(config.data, per_class=config.per_class, val_per_class=held_out)

@@ -11,7 +11,7 @@ SMALL = ["--model-kwargs", "img_size=32,patch_size=4,num_heads=12,depth=2"]
 
 def test_init_prints_the_report_and_writes_json(tmp_path, capsys):
     out = tmp_path / "report.json"
-    code = main(["init", "vit_tiny_patch16_224", *SMALL, "--kernel-size", "5", "--json", str(out)])
+    code = main(["init", "vit_tiny_patch16_224", *SMALL, "--init", "impulse[kernel_size=5]", "--json", str(out)])
     assert code == 0
     text = capsys.readouterr().out
     assert "impulse init of VisionTransformer (seed 0)" in text and "worst head 0.98" in text
@@ -20,9 +20,42 @@ def test_init_prints_the_report_and_writes_json(tmp_path, capsys):
 
 
 def test_init_passes_method_options(capsys):
-    assert main(["init", "vit_tiny_patch16_224", *SMALL, "--options", "target_fidelity=0.9,assignment=ordered"]) == 0
+    assert (
+        main(["init", "vit_tiny_patch16_224", *SMALL, "--init", "impulse[target_fidelity=0.9,assignment=ordered]"]) == 0
+    )
     text = capsys.readouterr().out
     assert "mean 0.900" in text and "(+0,+0) 0.9" in text
+    assert main(["init", "vit_tiny_patch16_224", *SMALL, "--method", "mimetic"]) == 0  # the old name of --init
+    assert "mimetic init of VisionTransformer" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "hint"),
+    [
+        (
+            ["init", "vit_tiny_patch16_224", "--options", "a=1"],
+            "--options is gone: write the options in the init label",
+        ),
+        (["train", "--init-kwargs", "a=1"], "--init-kwargs is gone: write the options in the init label"),
+        (
+            ["compare", "--kernel-size", "5"],
+            "--kernel-size is gone: write it in the init label: --init 'impulse[kernel",
+        ),
+    ],
+)
+def test_flags_of_0_1_say_where_their_setting_went(argv, hint, capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(argv)
+    assert exit.value.code == 2 and hint in capsys.readouterr().err
+
+
+def test_list_options_shows_every_options_class_with_defaults_and_help(capsys):
+    assert main(["init", "--list-options"]) == 0
+    text = capsys.readouterr().out
+    for name in ("MimeticOptions", "ImpulseOptions", "SwinImpulseOptions", "MixerImpulseOptions", "FilterOptions"):
+        assert f"\n{name}: " in text
+    assert "target_fidelity: float = 0.98\n      share of each query's attention on its target key" in text
+    assert "solver: str (closed_form|refine|authors) = 'closed_form'" in text
 
 
 def test_list_models_names_every_family_with_its_inits_and_the_presets_initialise(capsys):
@@ -39,14 +72,16 @@ def test_list_models_names_every_family_with_its_inits_and_the_presets_initialis
 
 
 def test_errors_are_one_line_and_exit_2(capsys):
-    assert main(["init", "vit_tiny_patch16_224", *SMALL, "--kernel-size", "11"]) == 2
+    assert main(["init", "vit_tiny_patch16_224", *SMALL, "--init", "impulse[kernel_size=11]"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("structinit init: error: kernel_size 11 does not fit the 8x8 token grid")
     assert "Traceback" not in err
     assert main(["init", "no_such_model"]) == 2
     assert "Unknown model (no_such_model)" in capsys.readouterr().err
-    assert main(["init", "vit_tiny_patch16_224", "--options", "nope"]) == 2
-    assert "--options: expected key=value, got 'nope'" in capsys.readouterr().err
+    assert main(["init", "vit_tiny_patch16_224", "--init", "impulse[nope]"]) == 2
+    assert "init label 'impulse[nope]': expected key=value, got 'nope'" in capsys.readouterr().err
+    assert main(["init", "vit_tiny_patch16_224", "--init", "default"]) == 2
+    assert "--init default: leaves the model as constructed" in capsys.readouterr().err
     assert main(["compare", "--inits", "timm,impulse[target_fidelity=0.9],xavier", "--out", "unused"]) == 2
     assert "unknown init 'xavier'" in capsys.readouterr().err
 

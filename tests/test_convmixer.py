@@ -106,7 +106,7 @@ def test_filter_init_errors():
         structinit.initialize(model, "impulse", kernel_size=5)
     with pytest.raises(TypeError, match=r"unknown option.*target_fidelity.*options are: freeze"):
         structinit.initialize(model, "impulse", target_fidelity=0.9)
-    with pytest.raises(TypeError, match="freeze must be True or False"):
+    with pytest.raises(TypeError, match="option freeze of the filter inits takes True or False, got 'yes'"):
         structinit.initialize(model, "box", freeze="yes")
     with pytest.raises(TypeError, match="a ConvMixer has no attention"):
         structinit.fidelity(model)

@@ -1,8 +1,16 @@
 """Init labels: methods, named variants, options in brackets, and their errors."""
 
-import pytest
+import dataclasses
+import math
 
-from structinit.options import DEFAULT, VARIANTS, parse_init, split_top_level
+import pytest
+import torch
+
+import structinit
+from conftest import small_vit
+from structinit.method_options import FilterOptions, ImpulseOptions, MimeticOptions
+from structinit.options import DEFAULT, VARIANTS, parse_init, split_top_level, with_options
+from test_families import small_swin
 
 
 def test_a_method_a_variant_and_options_in_brackets():
@@ -37,3 +45,71 @@ def test_bad_labels(label, message):
 
 def test_labels_with_options_survive_the_comma_split():
     assert split_top_level("timm, impulse[a=1,b=(2,3)],mimetic") == ["timm", "impulse[a=1,b=(2,3)]", "mimetic"]
+
+
+# --- the options classes: each option defined once, for the call, the labels and the CLI -------------
+
+
+def same_weights(a, b):
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_an_options_object_and_keywords_give_the_same_weights_and_report():
+    torch.manual_seed(0)
+    by_keywords = small_vit()
+    torch.manual_seed(0)
+    by_object = small_vit()  # what the init leaves (MLPs, head) is timm's draw: seeded alike
+    a = structinit.initialize(by_keywords, "impulse", seed=4, target_fidelity=0.9, assignment="ordered")
+    b = structinit.initialize(by_object, ImpulseOptions(target_fidelity=0.9, assignment="ordered"), seed=4)
+    assert same_weights(by_keywords, by_object)
+    assert a.options == b.options
+    assert b.method == "impulse" and b.options["target_fidelity"] == 0.9 and b.options["solver"] == "closed_form"
+
+
+def test_the_report_records_every_default_of_the_class():
+    report = structinit.initialize(small_vit(), "mimetic", seed=0)
+    assert report.options == {"kernel_size": 3, **dataclasses.asdict(MimeticOptions())}
+    report = structinit.initialize(small_vit(), "impulse", seed=0)
+    assert report.options == {"kernel_size": 3, **dataclasses.asdict(ImpulseOptions())}
+
+
+def test_options_objects_that_do_not_fit_the_call():
+    with pytest.raises(TypeError, match="this model's 'impulse' init takes SwinImpulseOptions, got ImpulseOptions"):
+        structinit.initialize(small_swin(), ImpulseOptions())
+    with pytest.raises(TypeError, match="FilterOptions serves several methods"):
+        structinit.initialize(small_vit(), FilterOptions(freeze=True))
+    with pytest.raises(TypeError, match="as an options object or as keywords, not both"):
+        structinit.initialize(small_vit(), ImpulseOptions(), target_fidelity=0.9)
+
+
+@pytest.mark.parametrize(
+    ("values", "error", "message"),
+    [
+        (dict(target_fidelity=math.nan), ValueError, r"target_fidelity must be in \(0, 1\), got nan"),
+        (dict(refine_steps=2.5), TypeError, "option refine_steps of the impulse init takes an integer, got 2.5"),
+        (dict(propagate=1), TypeError, "option propagate of the impulse init takes True or False, got 1"),
+        (dict(assignment=3), TypeError, "option assignment of the impulse init takes text, got 3"),
+        (dict(noise_std=-1), ValueError, "noise_std must be >= 0, got -1"),
+    ],
+)
+def test_every_value_is_checked_when_the_options_are_made(values, error, message):
+    with pytest.raises(error, match=message):
+        ImpulseOptions(**values)
+
+
+def test_labels_are_checked_against_the_options_of_any_family():
+    with pytest.raises(TypeError, match=r"unknown option\(s\) target_fidlity for method 'impulse'; its options are: "):
+        parse_init("impulse[target_fidlity=0.3]")
+    with pytest.raises(ValueError, match=r"target_fidelity must be in \(0, 1\), got 2"):
+        parse_init("impulse[target_fidelity=2]")
+    assert parse_init("impulse[unit_bias=2.0]") == ("impulse", {"unit_bias": 2.0})  # MLP-Mixer's impulse
+    assert parse_init("random[freeze=True]") == ("random", {"freeze": True})  # ConvMixer's filters
+    assert parse_init("timm[kernel_size=5]") == ("timm", {"kernel_size": 5})  # every method measures at f
+
+
+def test_with_options_adds_to_a_label_and_reads_back():
+    label = with_options("impulse[target_fidelity=0.3]", {"assignment": "ordered", "pos_scale": None})
+    assert label == "impulse[target_fidelity=0.3,assignment=ordered,pos_scale=None]"
+    assert parse_init(label) == ("impulse", {"target_fidelity": 0.3, "assignment": "ordered", "pos_scale": None})
+    assert with_options("timm", {}) == "timm"

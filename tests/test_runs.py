@@ -19,7 +19,7 @@ from structinit import checkpoint as checkpoint_module
 from structinit.cli import main
 from structinit.experiments import compare, results_markdown
 from structinit.rundir import MetricsLog, RunError, RunLock
-from structinit.train import TrainConfig, TrainingDiverged, resume_config, train
+from structinit.train import TrainConfig, TrainingDiverged, read_config, resume_config, train
 
 FAST = dict(data="digits", per_class=20, model="vit_digits", model_kwargs={"depth": 2}, batch_size=50, quiet=True)
 FLAGS = ["--per-class", "20", "--model-kwargs", "depth=2", "--batch-size", "50", "--quiet"]
@@ -51,7 +51,7 @@ def test_resume_extends_a_finished_run_with_a_new_lr_and_records_the_change(tmp_
     assert main(["train", *FLAGS, "--epochs", "2", "--out", str(out)]) == 0
     assert main(["train", "--resume", "--out", str(out), "--epochs", "3", "--lr", "5e-4", "--quiet"]) == 0
     assert "finished: test top-1" in capsys.readouterr().out
-    config = TrainConfig(**yaml.safe_load((out / "config.yaml").read_text()))
+    config = read_config(out / "config.yaml")
     assert (config.epochs, config.lr, config.resume) == (3, 5e-4, False)
     events = [r for r in MetricsLog(out).records() if "event" in r]
     assert events == [{"event": "resume", "after_epoch": 2, "changed": {"epochs": [2, 3], "lr": [1e-3, 5e-4]}}]
@@ -304,8 +304,8 @@ def _tiny_run(tmp_path: Path) -> Path:
         (["train", "--out", "{file}/run", "--epochs", "1"], "Not a directory"),
         (["init", "vit_w96_d4_p4", "--model-kwargs", "img_size=32", "--json", "{dir}"], "is a directory"),
         (
-            ["init", "vit_w96_d4_p4", "--model-kwargs", "img_size=32", "--options", "target_fidelity=abc"],
-            "option target_fidelity of 'impulse' takes a number, got 'abc'",
+            ["init", "vit_w96_d4_p4", "--model-kwargs", "img_size=32", "--init", "impulse[target_fidelity=abc]"],
+            "option target_fidelity of the impulse init takes a number, got 'abc'",
         ),
         (["compare", "--seeds", ","], "--seeds needs at least one integer, got ','"),
         (["attention", "runs/nope"], "runs/nope is neither a run directory nor a timm model name or preset"),

@@ -12,7 +12,7 @@ from typing import Any
 from . import __version__
 from .methods import METHODS
 from .models import PRESETS
-from .options import VARIANTS, parse_assignments, parse_init, split_top_level
+from .options import DEFAULT, KERNEL_SIZE, VARIANTS, parse_assignments, parse_init, split_top_level
 
 # `train --filters`, for ConvMixer: the init label each choice stands for
 FILTERS = {
@@ -23,8 +23,28 @@ FILTERS = {
 }
 INIT_HELP = (
     f"init label (default impulse): a method ({', '.join(sorted(METHODS))}), a variant ({', '.join(VARIANTS)}), "
-    "'default' (the model as constructed), or any of them with options, e.g. impulse[target_fidelity=0.9]"
+    "'default' (the model as constructed), or any of them with options in brackets, e.g. "
+    "impulse[target_fidelity=0.9,kernel_size=5] (structinit init --list-options)"
 )
+EMA_DECAY = 0.9998  # timm's --model-ema-decay default
+# flags of structinit 0.1 whose settings now live elsewhere, and where
+REMOVED = {
+    "--options": "write the options in the init label: --init 'impulse[target_fidelity=0.9]'",
+    "--init-kwargs": "write the options in the init label: --init 'impulse[target_fidelity=0.9]'",
+    "--kernel-size": "write it in the init label: --init 'impulse[kernel_size=5]'",
+}
+
+
+class _Removed(argparse.Action):
+    """A flag that was renamed: fail with where its setting went, not with 'unrecognized arguments'."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[override]
+        parser.error(f"{option_string} is gone: {REMOVED[option_string]}")
+
+
+def add_removed_flags(parser: argparse.ArgumentParser) -> None:
+    for name in REMOVED:
+        parser.add_argument(name, action=_Removed, help=argparse.SUPPRESS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,11 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
     init = commands.add_parser("init", help="build a timm model, initialise it and print the report")
     init.add_argument("model", nargs="?", help="a preset or timm model name, e.g. vit_tiny_patch16_224")
     init.add_argument("--list-models", action="store_true", help="print the supported families, their inits, presets")
-    init.add_argument("--method", default="impulse", help="an init method of the model's family (see --list-models)")
-    init.add_argument("--kernel-size", type=int, help="f of the f x f kernel (default 3; ConvMixer: its own)")
+    init.add_argument(
+        "--list-options", action="store_true", help="print every init method's options: type, default, meaning"
+    )
+    init.add_argument("--init", "--method", default="impulse", help=INIT_HELP)
     init.add_argument("--seed", type=int, default=0)
     init.add_argument("--model-kwargs", help="timm.create_model keywords, e.g. img_size=32,patch_size=4,num_heads=12")
-    init.add_argument("--options", help="method options, e.g. target_fidelity=0.9,assignment=ordered")
+    add_removed_flags(init)
     init.add_argument("--json", metavar="PATH", help="also write the report as JSON")
     init.add_argument(
         "--save",
@@ -100,7 +122,7 @@ def add_train_arguments(parser: argparse.ArgumentParser, grid: bool = False) -> 
 
     add = parser.add_argument
     add("--data", help=f"dataset (default digits): {DATASETS_HELP}")
-    add("--data-root", help="where torchvision datasets live or are downloaded (default ./data)")
+    add("--data-root", "--data-dir", help="where torchvision datasets live or are downloaded (default ./data)")
     add("--download", action="store_true", default=None, help="download a torchvision dataset (needs internet)")
     add("--cache-dir", help="where decoded small-image datasets are cached (default ~/.cache/structinit)")
     if grid:
@@ -126,11 +148,11 @@ def add_train_arguments(parser: argparse.ArgumentParser, grid: bool = False) -> 
             help="ConvMixer, instead of --init: trained (learned from the default init), or frozen at "
             "random (the default init), impulse (one-hot) or box (all 1/f^2) values",
         )
-    add("--init-kwargs", help="options of the init method, e.g. target_fidelity=0.9")
-    add("--kernel-size", type=int, help="impulse kernel size f (default 3; ConvMixer: its own)")
-    add("--preset", help="recipe preset: small-data, imagenet, cpu-quick")
+    add_removed_flags(parser)
+    add("-c", "--config", metavar="FILE", help="YAML of settings, the keys of a run's config.yaml; flags override it")
+    add("--preset", help="recipe preset: small-data, imagenet, cpu-quick (under --config and the flags)")
     add("--epochs", type=int)
-    add("--batch-size", type=int, help="global batch size (split across processes)")
+    add("-b", "--batch-size", type=int, help="global batch size (split across processes)")
     add("--lr", type=float)
     add("--weight-decay", type=float)
     add("--warmup-epochs", type=float)
@@ -139,21 +161,32 @@ def add_train_arguments(parser: argparse.ArgumentParser, grid: bool = False) -> 
     add("--cutmix", type=float, help="cutmix alpha (0 = off)")
     add("--drop-path", type=float)
     add("--min-lr", type=float, help="final learning rate of the cosine schedule")
-    add("--randaugment", help="timm RandAugment string, e.g. rand-m9-mstd0.5-inc1")
+    add("--randaugment", "--aa", help="timm RandAugment string, e.g. rand-m9-mstd0.5-inc1")
     add("--reprob", type=float, help="random erasing probability")
     add("--clip-grad", type=float)
-    add("--ema-decay", type=float, help="keep an EMA of the weights with this decay and report its accuracy")
+    add(
+        "--ema-decay",
+        "--model-ema-decay",
+        type=float,
+        help="keep an EMA of the weights with this decay and report its accuracy",
+    )
+    add("--model-ema", action="store_true", help=f"keep an EMA of the weights (decay {EMA_DECAY} unless given)")
     add("--amp", choices=["auto", "bf16", "fp16", "none"])
-    add("--compile", action="store_true", default=None, help="torch.compile the model")
+    add("--compile", "--torchcompile", action="store_true", default=None, help="torch.compile the model (inductor)")
     add("--device", help="auto (default), cpu, cuda, cuda:1, mps")
-    add("--workers", type=int, help="DataLoader workers for large images")
+    add("-j", "--workers", type=int, help="DataLoader workers for large images")
+    add(
+        "--log",
+        metavar="NAME,NAME",
+        help="loggers beside metrics.jsonl: tensorboard (OUT/tensorboard), wandb (WANDB_PROJECT, default structinit)",
+    )
     add("--eval-every", type=int, metavar="K", help="evaluation every K epochs and after the last (default 1)")
     add("--snapshot-epochs", metavar="E,E", help="keep the weights after these epochs in OUT/snapshots (0: at init)")
     if grid:
-        add("--out", default="runs/compare", help="directory of the grid's runs and results")
+        add("--out", "--output", default="runs/compare", help="directory of the grid's runs and results")
         return add("--quiet", action="store_true", default=None, help="no progress bars")
     add("--seed", type=int)
-    add("--out", help="run directory (default runs/run)")
+    add("--out", "--output", help="the run's directory (default runs/run; timm's --output is its parent)")
     add("--resume", action="store_true", default=None, help="continue the run in --out from its last checkpoint")
     add("--stop-after", type=int, metavar="K", help="end after epoch K, leaving a resumable checkpoint")
     add("--quiet", action="store_true", default=None, help="no progress bars")
@@ -165,7 +198,7 @@ def train_values(args: argparse.Namespace) -> dict[str, Any]:
 
     from .train import TrainConfig
 
-    skip = ("model_kwargs", "init_kwargs", "preset", "per_class", "snapshot_epochs")
+    skip = ("model_kwargs", "preset", "per_class", "snapshot_epochs", "log")
     names = [f.name for f in fields(TrainConfig) if f.name not in skip]
     values = {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
     per_class = getattr(args, "per_class", None)
@@ -175,8 +208,10 @@ def train_values(args: argparse.Namespace) -> dict[str, Any]:
         values["snapshot_epochs"] = int_list(args.snapshot_epochs, "--snapshot-epochs")
     if args.model_kwargs:
         values["model_kwargs"] = parse_assignments(args.model_kwargs, "--model-kwargs")
-    if args.init_kwargs:
-        values["init_kwargs"] = parse_assignments(args.init_kwargs, "--init-kwargs")
+    if args.model_ema and args.ema_decay is None:
+        values["ema_decay"] = EMA_DECAY
+    if args.log is not None:
+        values["log"] = split_top_level(args.log)
     if getattr(args, "filters", None):
         if args.init:
             raise ValueError("--filters and --init both set the init: give one")
@@ -185,15 +220,39 @@ def train_values(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def train_config(args: argparse.Namespace, **overrides: Any):
+    """Defaults, then the preset, then --config's file, then the flags, then `overrides`."""
     from .train import TrainConfig
 
-    return TrainConfig.from_preset(args.preset, **{**train_values(args), **overrides})
+    values = {**file_values(args), **train_values(args), **overrides}
+    preset = args.preset or values.pop("preset", None)
+    values.pop("preset", None)
+    return TrainConfig.from_preset(preset, **values)
+
+
+def file_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings of --config FILE (none without it)."""
+    if not args.config:
+        return {}
+    import yaml
+
+    from .train import config_values
+
+    path = Path(args.config)
+    if not path.is_file():
+        raise ValueError(f"--config {path}: no such file")
+    try:
+        loaded = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        raise ValueError(f"--config {path}: not valid YAML ({error})") from None
+    return config_values(loaded or {}, f"--config {path}")
 
 
 def run_train(args: argparse.Namespace) -> int:
     from .train import TrainConfig, load_preset, print_summary, resume_config, train
 
     if args.resume:
+        if args.config:
+            raise ValueError("--resume continues with the run's own config.yaml: give changes as flags, not --config")
         # the run's own config; the flags given now must agree with it, or be ones a resume may change
         asked = {k: v for k, v in train_values(args).items() if k not in ("resume", "out")}
         if args.preset:
@@ -212,11 +271,14 @@ def run_init(args: argparse.Namespace) -> int:
 
     from .checkpoint import weights_sha256
     from .export import check_init_path, save_init
-    from .methods import initialize, supported_models
+    from .methods import initialize, options_help, supported_models
     from .models import create_model
 
     if args.list_models:
         print(supported_models())
+        return 0
+    if args.list_options:
+        print(options_help())
         return 0
     if args.model is None:
         raise SystemExit("structinit init: give a model name (or --list-models for the supported families)")
@@ -226,11 +288,14 @@ def run_init(args: argparse.Namespace) -> int:
     if args.save:
         check_init_path(args.save)
     model_kwargs = parse_assignments(args.model_kwargs, "--model-kwargs")
-    options = parse_assignments(args.options, "--options")
+    method, options = parse_init(args.init)
+    if method == DEFAULT:
+        raise ValueError(f"--init {DEFAULT}: leaves the model as constructed, there is nothing to initialise")
+    kernel_size = options.pop(KERNEL_SIZE, None)
     classes, channels = model_kwargs.pop("num_classes", 1000), model_kwargs.pop("in_chans", 3)
     torch.manual_seed(args.seed)  # what the init leaves (MLPs, head) is the same in every process too
     model = create_model(args.model, num_classes=classes, in_chans=channels, data_size=None, **model_kwargs)
-    report = initialize(model, args.method, kernel_size=args.kernel_size, seed=args.seed, **options)
+    report = initialize(model, method, kernel_size=kernel_size, seed=args.seed, **options)
     print(report)
     digest = save_init(model, args.save, report) if args.save else weights_sha256(model.state_dict())
     print(f"weights sha256: {digest}" + (f", saved to {args.save}" if args.save else ""))
@@ -262,7 +327,7 @@ def run_compare(args: argparse.Namespace) -> int:
         raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
     rows = compare(base, inits, int_list(args.seeds, "--seeds"), per_class, args.out, jobs=args.jobs, rerun=args.rerun)
     print((Path(args.out) / "results.md").read_text(), end="")
-    print(f"{len(rows)} runs; results.csv, results.md and curves.png in {args.out}")
+    print(f"{len(rows)} runs; results.csv, results.md, curves.png and summary.png in {args.out}")
     return 0
 
 
@@ -319,7 +384,8 @@ def run_demo(args: argparse.Namespace) -> int:
     attention_figure(str(out / "full" / f"impulse-seed{seed}"), out=out / "attention.png")
     print((out / "results.md").read_text(), end="")
     print(
-        f"{len(rows)} runs in {out}: results.md, results.csv, curves.png, attention.png (trained), attention_init.png"
+        f"{len(rows)} runs in {out}: results.md, results.csv, curves.png, summary.png, "
+        "attention.png (trained), attention_init.png"
     )
     return 0
 
@@ -336,7 +402,7 @@ COMMANDS = {
 
 
 # modules that the library call does without, and the extra that installs each
-EXTRAS = {"matplotlib": "train", "sklearn": "train", "tqdm": "train", "yaml": "train", "tensorboard": "log"}
+EXTRAS = {"matplotlib": "train", "sklearn": "train", "tensorboard": "log", "wandb": "log"}
 
 
 def main(argv: list[str] | None = None) -> int:

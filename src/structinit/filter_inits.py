@@ -18,13 +18,14 @@ from torch import nn
 
 from .adapters.convmixer import ConvMixerAdapter
 from .filters import assign_offsets, kernel_offsets
+from .method_options import FilterOptions
 from .report import HeadReport, LayerReport
 
 FILTER_METHODS = ("random", "impulse", "box")
 
 
 def init_filters(
-    adapter: ConvMixerAdapter, method: str, generator: torch.Generator, *, freeze: bool = False
+    adapter: ConvMixerAdapter, method: str, generator: torch.Generator, options: FilterOptions
 ) -> list[LayerReport]:
     """Set every block's depthwise filters by `method`; returns per layer, per channel, the offset
     that holds the most of the filter's absolute weight and that share (1 for an impulse)."""
@@ -33,8 +34,6 @@ def init_filters(
             f"init method {method!r} does not apply to ConvMixer's depthwise filters; "
             f"choose one of {', '.join(FILTER_METHODS)} (or 'default' to keep the model as built)"
         )
-    if not isinstance(freeze, bool):
-        raise TypeError(f"freeze must be True or False, got {freeze!r}")
     f = adapter.kernel_size
     for conv in adapter.depthwise():
         weight = conv.weight  # (C, 1, f, f)
@@ -50,7 +49,7 @@ def init_filters(
             centre = f // 2
             for channel, (dy, dx) in enumerate(assign_offsets(weight.shape[0], f, "random", generator)):
                 weight[channel, 0, centre + dy, centre + dx] = 1.0
-        conv.requires_grad_(not freeze)
+        conv.requires_grad_(not options.freeze)
     return filter_report(adapter)
 
 

@@ -7,7 +7,6 @@ same seed gives bit-identical weights on any device.
 
 from __future__ import annotations
 
-import inspect
 import math
 import time
 import warnings
@@ -25,11 +24,20 @@ from .adapters.swin import SwinAdapter
 from .fidelity import offset_mass
 from .filter_inits import FILTER_METHODS, init_filters
 from .filters import Offset, assign_offsets, check_kernel_size, target_indices
+from .method_options import (
+    FilterOptions,
+    ImpulseOptions,
+    MethodOptions,
+    MimeticOptions,
+    MixerImpulseOptions,
+    NoOptions,
+    SwinImpulseOptions,
+)
 from .mixer_init import init_mixer_impulse
 from .report import HeadReport, LayerReport, Report
 from .solvers import PseudoInput, authors_closed_form, balanced_factors, closed_form, gain_for_fidelity, refine
 from .swin_init import init_swin_impulse
-from .weights import check_choice, write_heads, write_value_proj, z_sampler
+from .weights import write_heads, write_value_proj, z_sampler
 
 
 def initialize(
@@ -59,11 +67,12 @@ def initialize(
         seed = int(torch.randint(2**31 - 1, (1,)))
     elif isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int or None, got {seed!r}")
+    method, given = _split_method(method, options)
     generator = torch.Generator().manual_seed(seed)
     model = unwrap(model)
     conv = get_conv_adapter(model)
     if conv is not None:
-        return _initialize_filters(model, conv, method, kernel_size, seed, generator, options)
+        return _initialize_filters(model, conv, method, kernel_size, seed, generator, given)
     kernel_size = 3 if kernel_size is None else kernel_size
     family, adapter = _family(model)
     if method not in family.methods:
@@ -72,20 +81,38 @@ def initialize(
             f"unknown init method {method!r}{hint} for {adapter.family}; choose one of {', '.join(family.methods)}"
         )
     init = family.methods[method]
-    parameters = inspect.signature(init).parameters
-    defaults = {name: p.default for name, p in parameters.items() if p.default is not inspect.Parameter.empty}
-    allowed = [name for name in parameters if name not in ("adapter", "generator", "kernel_size")]
-    _check_options(method, options, allowed)
-    _check_option_types(method, options, parameters)
+    resolved = _resolve(init.options, method, given)
     check_kernel_size(kernel_size, adapter.grid)
     start = time.perf_counter()
     with torch.no_grad():
         if isinstance(adapter, ModelAdapter) and method not in ("timm", "kaiming"):  # those two redraw all
             adapter.redraw_embeddings(generator)
-        layers = init(adapter, generator, kernel_size=kernel_size, **options)
+        layers = init.run(adapter, generator, kernel_size=kernel_size, options=resolved)
     seconds = time.perf_counter() - start
-    resolved = {"kernel_size": kernel_size, **{k: v for k, v in defaults.items() if k != "kernel_size"}, **options}
-    return Report(method, type(model).__name__, layers, seconds, seed, resolved, family.measured_on, family.unit)
+    record = {"kernel_size": kernel_size, **resolved.to_dict()}
+    return Report(method, type(model).__name__, layers, seconds, seed, record, family.measured_on, family.unit)
+
+
+def _split_method(method: str | MethodOptions, options: dict[str, Any]) -> tuple[str, dict | MethodOptions]:
+    """`initialize`'s method and options: a name and keywords, or an options instance (its method implied)."""
+    if isinstance(method, MethodOptions):
+        if method.method is None:
+            name = type(method).__name__
+            raise TypeError(f"{name} serves several methods: give the method's name, and the options as keywords")
+        if options:
+            raise TypeError("give the options either as an options object or as keywords, not both")
+        return method.method, method
+    if not isinstance(method, str):
+        raise TypeError(f"method must be a name such as 'impulse' or an options object, got {method!r}")
+    return method, options
+
+
+def _resolve(cls: type[MethodOptions], method: str, given: dict | MethodOptions) -> MethodOptions:
+    if isinstance(given, MethodOptions):
+        if type(given) is not cls:
+            raise TypeError(f"this model's {method!r} init takes {cls.__name__}, got {type(given).__name__}")
+        return given
+    return cls.build(method, given)
 
 
 def _initialize_filters(
@@ -95,56 +122,36 @@ def _initialize_filters(
     kernel_size: int | None,
     seed: int,
     generator: torch.Generator,
-    options: dict[str, Any],
+    given: dict | MethodOptions,
 ) -> Report:
     if kernel_size is not None and kernel_size != adapter.kernel_size:
         raise ValueError(
             f"kernel_size {kernel_size} does not match this ConvMixer's {adapter.kernel_size} x "
             f"{adapter.kernel_size} depthwise filters (create the model with kernel_size={kernel_size})"
         )
-    _check_options(method, options, ["freeze"])
+    options = _resolve(FilterOptions, method, given)
     start = time.perf_counter()
     with torch.no_grad():
-        layers = init_filters(adapter, method, generator, **options)
-    resolved = {"kernel_size": adapter.kernel_size, "freeze": False, **options}
-    return Report(
-        method, type(model).__name__, layers, time.perf_counter() - start, seed, resolved, "filters", "filter"
-    )
-
-
-def _check_options(method: str, options: dict[str, Any], allowed: list[str]) -> None:
-    unknown = sorted(set(options) - set(allowed))
-    if unknown:
-        raise TypeError(
-            f"unknown option(s) {', '.join(unknown)} for method {method!r}; "
-            f"its options are: {', '.join(allowed) or 'none'}"
-        )
-
-
-def _check_option_types(method: str, options: dict[str, Any], parameters: Any) -> None:
-    """A number option given text (target_fidelity=abc) fails by name, not deep in the solve."""
-    for name, value in options.items():
-        annotation = str(parameters[name].annotation)
-        wants_number = any(t in annotation.replace(" ", "").split("|") for t in ("float", "int"))
-        if annotation == "bool" and not isinstance(value, bool):
-            raise ValueError(f"option {name} of {method!r} is True or False, got {value!r}")
-        if value is None and "None" in annotation:
-            continue
-        if wants_number and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise ValueError(f"option {name} of {method!r} takes a number, got {value!r}")
+        layers = init_filters(adapter, method, generator, options)
+    record = {"kernel_size": adapter.kernel_size, **options.to_dict()}
+    return Report(method, type(model).__name__, layers, time.perf_counter() - start, seed, record, "filters", "filter")
 
 
 # --- baselines -------------------------------------------------------------------------------
 
 
-def init_timm(adapter: ModelAdapter, generator: torch.Generator, *, kernel_size: int) -> list[LayerReport]:
+def init_timm(
+    adapter: ModelAdapter, generator: torch.Generator, *, kernel_size: int, options: NoOptions
+) -> list[LayerReport]:
     """timm's ViT init: trunc-normal(0.02) Linear weights, zero biases, trunc-normal(0.02) pos_embed,
     class/register tokens N(0, 1e-6) (timm.models.vision_transformer.init_weights_vit_timm)."""
     adapter.reset_timm(generator)
     return adapter.measured_layers(kernel_size)
 
 
-def init_kaiming(adapter: ModelAdapter, generator: torch.Generator, *, kernel_size: int) -> list[LayerReport]:
+def init_kaiming(
+    adapter: ModelAdapter, generator: torch.Generator, *, kernel_size: int, options: NoOptions
+) -> list[LayerReport]:
     """PyTorch's default Linear/Conv init, kaiming_uniform(a=sqrt(5)) weights and U(+-1/sqrt(fan_in))
     biases: what timm's weight_init="skip" leaves (the paper's "Kaiming Uniform" row). Position
     embedding trunc-normal(0.02) and tokens N(0, 1e-6) as in timm, since "skip" leaves them unset."""
@@ -157,11 +164,7 @@ def init_mimetic(
     generator: torch.Generator,
     *,
     kernel_size: int,
-    qk_alpha: float = 0.7,
-    qk_beta: float = 0.7,
-    vproj_alpha: float = 0.4,
-    vproj_beta: float = 0.4,
-    distribution: str = "uniform",
+    options: MimeticOptions,
 ) -> list[LayerReport]:
     """Mimetic init (Trockman & Kolter, ICML 2023), on top of the model's current weights.
 
@@ -170,15 +173,16 @@ def init_mimetic(
     (U sqrt(S), V sqrt(S)). Z has i.i.d. entries of variance 1/D, uniform (the authors' code) or
     normal (`distribution`). Only Q, K, V and proj weights change.
     """
-    sample = z_sampler(distribution, generator)
+    o = options
+    sample = z_sampler(o.distribution, generator)
     for layer in adapter.layers():
         wq, wk = layer.qk_weights()
         dim, d, h = wq.shape[1], layer.head_dim, layer.num_heads
         eye = torch.eye(dim)
-        target = qk_alpha * sample(h, dim) + qk_beta * eye
+        target = o.qk_alpha * sample(h, dim) + o.qk_beta * eye
         q, k = balanced_factors(target, rank=d)  # (h, D, d)
         write_heads(wq, q), write_heads(wk, k)
-        write_value_proj(layer, vproj_alpha, vproj_beta, sample)
+        write_value_proj(layer, o.vproj_alpha, o.vproj_beta, sample)
     return adapter.measured_layers(kernel_size)
 
 
@@ -190,21 +194,7 @@ def init_impulse(
     generator: torch.Generator,
     *,
     kernel_size: int,
-    assignment: str = "random",
-    solver: str = "closed_form",
-    target_fidelity: float = 0.98,
-    pseudo_input: str = "pos_embed",
-    noise_std: float = 1.0,
-    pos_scale: float | None = 18.0,
-    blind_to_content: bool = True,
-    vproj: str = "mimetic",
-    vproj_alpha: float = 0.4,
-    vproj_beta: float = 0.4,
-    refine_steps: int = 100,
-    refine_lr: float = 0.01,
-    qk_scale: float = 7.0,
-    propagate: bool = False,
-    rcond: float = 0.1,
+    options: ImpulseOptions,
 ) -> list[LayerReport]:
     """Impulse init (Zheng et al., NeurIPS 2025): each head's attention map is an impulse filter.
 
@@ -251,30 +241,19 @@ def init_impulse(
     weights (timm's init on a fresh model) with `vproj="keep"`. Query/key biases are zeroed; MLPs, norms,
     embeddings other than the position embedding, and the head are left as they are.
     """
-    check_choice("assignment", assignment, ("random", "ordered"))
-    check_choice("solver", solver, ("closed_form", "refine", "authors"))
-    check_choice("pseudo_input", pseudo_input, ("pos_embed", "uniform", "gaussian", "pos_embed+noise"))
-    check_choice("vproj", vproj, ("mimetic", "keep"))
-    if not 0.0 < target_fidelity < 1.0:
-        raise ValueError(f"target_fidelity must be in (0, 1), got {target_fidelity}")
-    if not noise_std >= 0:
-        raise ValueError(f"noise_std must be >= 0, got {noise_std}")
-    if pos_scale is not None and not pos_scale > 0:
-        raise ValueError(f"pos_scale must be > 0 or None, got {pos_scale}")
-    if not 0.0 <= rcond < 1.0:
-        raise ValueError(f"rcond must be in [0, 1), got {rcond}")
+    o = options
     pos = adapter.position_embedding()
     if pos is None:
         raise ValueError(
             "the impulse init solves Q/K from the model's position embedding, and this model has none "
             "(pos_embed is None); create it with a position embedding (timm: pos_embed='learn')"
         )
-    if pos_scale is not None and pos.requires_grad:
+    if o.pos_scale is not None and pos.requires_grad:
         if float(pos.std()) == 0.0:
             raise ValueError("the position embedding is constant: initialise it (e.g. method 'timm') first")
-        pos.mul_(0.02 * pos_scale / pos.std())
-    tokens = _pseudo_tokens(adapter, pseudo_input, noise_std, generator)
-    content = _content_basis(adapter) if blind_to_content else None
+        pos.mul_(0.02 * o.pos_scale / pos.std())
+    tokens = _pseudo_tokens(adapter, o.pseudo_input, o.noise_std, generator)
+    content = _content_basis(adapter) if o.blind_to_content else None
     grid, prefix = adapter.grid, adapter.num_prefix_tokens
     layers = adapter.layers()
     sample = z_sampler("uniform", generator)
@@ -283,34 +262,35 @@ def init_impulse(
     for i, layer in enumerate(layers):
         start = time.perf_counter()
         d = layer.head_dim
-        offsets = assign_offsets(layer.num_heads, kernel_size, assignment, generator)
+        offsets = assign_offsets(layer.num_heads, kernel_size, o.assignment, generator)
         x = layer.norm(tokens.unsqueeze(0))[0].double().cpu()
         if content is not None:
             x = x - (x @ content) @ content.T
         if pseudo is None or not torch.equal(x, pseudo.x):
-            pseudo = PseudoInput(x, rcond)
-        if solver == "authors":
-            q, k = authors_closed_form(pseudo, offsets, grid, prefix, d, generator, qk_scale)
+            pseudo = PseudoInput(x, o.rcond)
+        if o.solver == "authors":
+            q, k = authors_closed_form(pseudo, offsets, grid, prefix, d, generator, o.qk_scale)
         else:
             zero_mean = layer.qk_norms() is not None
-            q, k = closed_form(pseudo, offsets, grid, prefix, target_fidelity, layer.scale, d, generator, zero_mean)
+            q, k = closed_form(pseudo, offsets, grid, prefix, o.target_fidelity, layer.scale, d, generator, zero_mean)
         pseudos.append(pseudo)
         qs.append(q)
         ks.append(k)
         all_offsets.append(offsets)
-        if vproj == "mimetic":
-            write_value_proj(layer, vproj_alpha, vproj_beta, sample)
-        if propagate and i + 1 < len(layers):  # the next layer's pseudo input: this block's output
+        if o.vproj == "mimetic":
+            write_value_proj(layer, o.vproj_alpha, o.vproj_beta, sample)
+        if o.propagate and i + 1 < len(layers):  # the next layer's pseudo input: this block's output
             wq, wk = layer.qk_weights()
             write_heads(wq, q), write_heads(wk, k)
             for bias in layer.qk_biases():
                 if bias is not None:
                     bias.zero_()
-            if layer.qk_norms() is not None and solver != "authors":
-                _set_qk_norm_gain(layer, x.to(wq.device, wq.dtype).unsqueeze(0), offsets, grid, prefix, target_fidelity)
+            if layer.qk_norms() is not None and o.solver != "authors":
+                x_dev = x.to(wq.device, wq.dtype).unsqueeze(0)
+                _set_qk_norm_gain(layer, x_dev, offsets, grid, prefix, o.target_fidelity)
             tokens = adapter.run_block(i, tokens.unsqueeze(0))[0]
         seconds.append(time.perf_counter() - start)
-    if solver == "refine":
+    if o.solver == "refine":
         start = time.perf_counter()
         qs, ks = refine(
             pseudos,
@@ -320,8 +300,8 @@ def init_impulse(
             all_offsets,
             grid,
             prefix,
-            steps=refine_steps,
-            lr=refine_lr,
+            steps=o.refine_steps,
+            lr=o.refine_lr,
         )
         share = (time.perf_counter() - start) / len(layers)
         seconds = [s + share for s in seconds]
@@ -333,15 +313,15 @@ def init_impulse(
             if bias is not None:
                 bias.zero_()
         x = pseudo.x.to(wq.device, wq.dtype).unsqueeze(0)
-        if layer.qk_norms() is not None and solver != "authors":
-            _set_qk_norm_gain(layer, x, offsets, grid, prefix, target_fidelity)
+        if layer.qk_norms() is not None and o.solver != "authors":
+            _set_qk_norm_gain(layer, x, offsets, grid, prefix, o.target_fidelity)
         attn = layer.attention(x)
         fid = offset_mass(attn.float(), offsets, grid, prefix)
-        reports.append(LayerReport(i, [HeadReport(o, float(f)) for o, f in zip(offsets, fid)], seconds[i]))
+        reports.append(LayerReport(i, [HeadReport(offset, float(f)) for offset, f in zip(offsets, fid)], seconds[i]))
     worst = min(h.fidelity for layer in reports for h in layer.heads)
-    if worst < target_fidelity - 0.01 and solver != "authors":
+    if worst < o.target_fidelity - 0.01 and o.solver != "authors":
         warnings.warn(
-            f"impulse init: the worst head reaches fidelity {worst:.3f}, short of target_fidelity={target_fidelity}: "
+            f"impulse init: the worst head reaches fidelity {worst:.3f}, short of target_fidelity={o.target_fidelity}: "
             f"head_dim {layers[0].head_dim} is small for {pseudo.x.shape[0]} tokens (codes of that length are not "
             "orthogonal enough); solver='refine', fewer heads or a smaller kernel do better",
             stacklevel=3,
@@ -349,11 +329,22 @@ def init_impulse(
     return reports
 
 
-METHODS: dict[str, Callable[..., list[LayerReport]]] = {
-    "timm": init_timm,
-    "kaiming": init_kaiming,
-    "mimetic": init_mimetic,
-    "impulse": init_impulse,
+@dataclass(frozen=True)
+class InitMethod:
+    """An init: the function that writes the weights, and the class of its options."""
+
+    run: Callable[..., list[LayerReport]]
+    options: type[MethodOptions]
+
+
+TIMM = InitMethod(init_timm, NoOptions)
+KAIMING = InitMethod(init_kaiming, NoOptions)
+MIMETIC = InitMethod(init_mimetic, MimeticOptions)
+METHODS: dict[str, InitMethod] = {
+    "timm": TIMM,
+    "kaiming": KAIMING,
+    "mimetic": MIMETIC,
+    "impulse": InitMethod(init_impulse, ImpulseOptions),
 }
 
 
@@ -362,7 +353,7 @@ class Family:
     """A model family beside the plain ViTs: its adapter, its inits, and how its report measures."""
 
     adapter: type
-    methods: dict[str, Callable[..., list[LayerReport]]]
+    methods: dict[str, InitMethod]
     measured_on: str
     unit: str = "head"
 
@@ -371,16 +362,48 @@ VIT_FAMILY = Family(ModelAdapter, METHODS, "pseudo input")
 FAMILIES = [
     Family(
         SwinAdapter,
-        {"timm": init_timm, "kaiming": init_kaiming, "mimetic": init_mimetic, "impulse": init_swin_impulse},
+        {
+            "timm": TIMM,
+            "kaiming": KAIMING,
+            "mimetic": MIMETIC,
+            "impulse": InitMethod(init_swin_impulse, SwinImpulseOptions),
+        },
         "window pseudo input",
     ),
     Family(
         MixerAdapter,
-        {"timm": init_timm, "kaiming": init_kaiming, "impulse": init_mixer_impulse},
+        {"timm": TIMM, "kaiming": KAIMING, "impulse": InitMethod(init_mixer_impulse, MixerImpulseOptions)},
         "unit impulses",
         "token mixer",
     ),
 ]
+
+
+def option_classes(method: str) -> list[type[MethodOptions]]:
+    """The options classes of `method` across the families (e.g. impulse: ViT, Swin, Mixer, ConvMixer)."""
+    families = [VIT_FAMILY, *FAMILIES]
+    classes = [family.methods[method].options for family in families if method in family.methods]
+    if method in FILTER_METHODS:
+        classes.append(FilterOptions)
+    return list(dict.fromkeys(classes))
+
+
+def check_options(method: str, options: dict[str, Any]) -> None:
+    """Fail now, by name, on options that no family's `method` takes (an init label, before a grid
+    starts); the model's own family checks them again when it is initialised."""
+    errors: list[Exception] = []
+    for cls in option_classes(method):
+        try:
+            cls.build(method, options)
+            return
+        except (TypeError, ValueError) as error:
+            errors.append(error)
+    known = sorted({f for cls in option_classes(method) for f in cls.__dataclass_fields__})
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        listed = ", ".join(known) or "none"
+        raise TypeError(f"unknown option(s) {', '.join(unknown)} for method {method!r}; its options are: {listed}")
+    raise errors[0]
 
 
 def _family(model: nn.Module) -> tuple[Family, Any]:
@@ -402,6 +425,22 @@ def supported_models() -> str:
     lines += [f"  {adapter.family}\n      {', '.join(methods)}; e.g. {adapter.example}" for adapter, methods in rows]
     lines.append("presets for small images (give the size: structinit init NAME --model-kwargs img_size=32):")
     lines += [f"  {name}" for name in PRESETS]
+    return "\n".join(lines)
+
+
+def options_help() -> str:
+    """Every init method's options, once per options class: `structinit init --list-options`."""
+    classes = [init.options for family in (VIT_FAMILY, *FAMILIES) for init in family.methods.values()]
+    lines = [
+        "init options go in the label's brackets, e.g. impulse[target_fidelity=0.9,kernel_size=5]; every method "
+        "also takes kernel_size, the f of the f x f kernel (default 3; ConvMixer: its own)"
+    ]
+    for cls in dict.fromkeys([*classes, FilterOptions]):
+        if cls is NoOptions:
+            continue
+        summary = " ".join((cls.__doc__ or "").split())
+        lines.append(f"\n{cls.__name__}: {summary}")
+        lines += ["  " + line.replace("\n", "\n  ") for line in cls.describe()]
     return "\n".join(lines)
 
 

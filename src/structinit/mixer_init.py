@@ -18,8 +18,8 @@ import torch
 
 from .adapters.mixer import MixerAdapter
 from .filters import assign_offsets, check_kernel_size, target_indices
+from .method_options import MixerImpulseOptions
 from .report import LayerReport
-from .weights import check_choice
 
 
 def init_mixer_impulse(
@@ -27,13 +27,10 @@ def init_mixer_impulse(
     generator: torch.Generator,
     *,
     kernel_size: int,
-    assignment: str = "random",
-    unit_bias: float = 3.0,
+    options: MixerImpulseOptions,
 ) -> list[LayerReport]:
     """Route each block's token mixing through one offset of the f x f kernel (see the module doc)."""
-    check_choice("assignment", assignment, ("random", "ordered"))
-    if not unit_bias > 0:
-        raise ValueError(f"unit_bias must be > 0 (it keeps the activation in its linear range), got {unit_bias}")
+    assignment, unit_bias = options.assignment, options.unit_bias
     grid = adapter.grid
     check_kernel_size(kernel_size, grid)
     mlps = adapter.token_mlps()

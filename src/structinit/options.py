@@ -17,6 +17,9 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "impulse-authors": ("impulse", {"solver": "authors", "assignment": "ordered", "blind_to_content": False}),
 }
 
+# An option of every method's label: the f of the f x f kernel (initialize's kernel_size).
+KERNEL_SIZE = "kernel_size"
+
 # Not an init method: leave the model as its constructor made it (e.g. a ConvMixer reference row).
 DEFAULT = "default"
 
@@ -58,7 +61,7 @@ def parse_init(label: str) -> tuple[str, dict[str, Any]]:
     ('impulse', {'solver': 'authors', ..., 'qk_scale': 2}). Options in brackets override the variant's.
     'default' gives (DEFAULT, {}). Unknown names raise ValueError listing the known ones."""
     from .filter_inits import FILTER_METHODS
-    from .methods import METHODS
+    from .methods import METHODS, check_options
 
     name, bracket, rest = label.strip().partition("[")
     if bracket and not rest.endswith("]"):
@@ -69,9 +72,23 @@ def parse_init(label: str) -> tuple[str, dict[str, Any]]:
             raise ValueError(f"init label {label!r}: {DEFAULT!r} takes no options")
         return DEFAULT, {}
     if name in VARIANTS:
-        method, options = VARIANTS[name]
-        return method, {**options, **extra}
-    if name in METHODS or name in FILTER_METHODS:
-        return name, extra
-    known = sorted({*METHODS, *FILTER_METHODS, *VARIANTS, DEFAULT})
-    raise ValueError(f"unknown init {name!r}; choose from {', '.join(known)} (options in brackets: impulse[a=1,b=2])")
+        method, options = VARIANTS[name][0], {**VARIANTS[name][1], **extra}
+    elif name in METHODS or name in FILTER_METHODS:
+        method, options = name, extra
+    else:
+        known = sorted({*METHODS, *FILTER_METHODS, *VARIANTS, DEFAULT})
+        hint = "options in brackets: impulse[a=1,b=2]"
+        raise ValueError(f"unknown init {name!r}; choose from {', '.join(known)} ({hint})")
+    check_options(method, {k: v for k, v in options.items() if k != KERNEL_SIZE})
+    return method, options
+
+
+def with_options(label: str, options: dict[str, Any]) -> str:
+    """`label` with `options` added in its brackets (they override the label's own):
+    ('impulse[a=1]', {'b': 2}) -> 'impulse[a=1,b=2]'."""
+    if not options:
+        return label
+    name, bracket, rest = label.strip().partition("[")
+    merged = {**(parse_assignments(rest[:-1], f"init label {label!r}") if bracket else {}), **options}
+    text = ",".join(f"{k}={v if isinstance(v, str) else repr(v)}" for k, v in merged.items())
+    return f"{name}[{text}]"

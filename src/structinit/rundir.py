@@ -30,6 +30,7 @@ RESUMABLE = (
     "workers",
     "compile",
     "quiet",
+    "log",
 )
 # Settings that never change what a run computes: left out of its identity.
 NOT_IDENTITY = (
@@ -44,6 +45,7 @@ NOT_IDENTITY = (
     "cache_dir",
     "data_root",
     "download",
+    "log",
 )
 
 

@@ -18,8 +18,9 @@ import torch
 
 from .adapters.swin import SwinAdapter, SwinWindowLayer
 from .filters import Offset, assign_offsets, check_kernel_size
+from .method_options import SwinImpulseOptions
 from .report import LayerReport
-from .weights import check_choice, write_value_proj, z_sampler
+from .weights import write_value_proj, z_sampler
 
 
 def init_swin_impulse(
@@ -27,30 +28,25 @@ def init_swin_impulse(
     generator: torch.Generator,
     *,
     kernel_size: int,
-    assignment: str = "random",
-    target_fidelity: float = 0.98,
-    vproj_alpha: float = 0.4,
-    vproj_beta: float = 0.4,
+    options: SwinImpulseOptions,
 ) -> list[LayerReport]:
     """Each head of each window-attention layer attends to one offset of the f x f kernel (`assignment`
     "random": every offset once before repeats, per layer; "ordered": centre, neighbours, diagonals),
     with `target_fidelity` of its mass on it; W_v W_proj = vproj_alpha Z - vproj_beta I."""
-    check_choice("assignment", assignment, ("random", "ordered"))
-    if not 0.0 < target_fidelity < 1.0:
-        raise ValueError(f"target_fidelity must be in (0, 1), got {target_fidelity}")
+    o = options
     sample = z_sampler("uniform", generator)
     layers = adapter.layers()
     all_offsets = []
     for layer in layers:
         check_kernel_size(kernel_size, layer.window)
-        offsets = assign_offsets(layer.num_heads, kernel_size, assignment, generator)
+        offsets = assign_offsets(layer.num_heads, kernel_size, o.assignment, generator)
         area = layer.window[0] * layer.window[1]
-        peak = math.log(target_fidelity * (area - 1) / (1 - target_fidelity))
+        peak = math.log(o.target_fidelity * (area - 1) / (1 - o.target_fidelity))
         table = layer.bias_table
         table.zero_()
         for head, offset in enumerate(offsets):
             table[_table_entry(layer, offset), head] = peak
-        write_value_proj(layer, vproj_alpha, vproj_beta, sample)
+        write_value_proj(layer, o.vproj_alpha, o.vproj_beta, sample)
         all_offsets.append(offsets)
     return adapter.measured_layers(kernel_size, all_offsets)
 

@@ -38,9 +38,11 @@ from tqdm.auto import tqdm
 from .augment import BatchAugment
 from .checkpoint import atomic_save, load_checkpoint, rng_state, set_rng_state
 from .data import StreamData, TensorData, load_data
+from .loggers import Loggers, check_loggers
 from .methods import initialize
 from .models import create_model
-from .options import DEFAULT, parse_init
+from .options import DEFAULT, KERNEL_SIZE, parse_init, with_options
+from .provenance import ENVIRONMENT, environment
 from .report import Report
 from .rundir import MetricsLog, RunError, RunLock, atomic_write_text, flag, resume_changes
 
@@ -84,9 +86,7 @@ class TrainConfig:
     val_per_class: int | None = None  # evaluate on K training images per class held out, not on the test set
     model: str = "vit_digits"
     model_kwargs: dict[str, Any] = field(default_factory=dict)
-    init: str = "impulse"
-    init_kwargs: dict[str, Any] = field(default_factory=dict)
-    kernel_size: int | None = None  # None: 3 for ViTs, a ConvMixer's own filter size
+    init: str = "impulse"  # an init label: method or variant, options in brackets (kernel_size among them)
     epochs: int = 30
     batch_size: int = 128
     lr: float = 1e-3
@@ -107,6 +107,7 @@ class TrainConfig:
     amp: str = "auto"  # auto | bf16 | fp16 | none
     compile: bool = False
     device: str = "auto"
+    log: list[str] = field(default_factory=list)  # more loggers beside metrics.jsonl: tensorboard, wandb
     workers: int = 4
     eval_batch_size: int = 512
     eval_every: int = 1  # evaluate every k epochs, and after the last
@@ -136,6 +137,7 @@ class TrainConfig:
                 raise ValueError(f"{flag(name)} must be {bounds}, got {value}")
         if self.amp not in ("auto", "bf16", "fp16", "none"):
             raise ValueError(f"--amp must be auto, bf16, fp16 or none, got {self.amp!r}")
+        check_loggers(self.log)
         if any(not 0 <= e <= self.epochs for e in self.snapshot_epochs):
             raise ValueError(f"--snapshot-epochs must lie in 0..{self.epochs}, got {self.snapshot_epochs}")
 
@@ -156,6 +158,35 @@ class TrainConfig:
         if unknown:
             raise ValueError(f"unknown training setting(s): {', '.join(unknown)}")
         return cls(preset=preset, **values)
+
+
+def config_values(values: Any, source: str) -> dict[str, Any]:
+    """The settings in a config.yaml (or a checkpoint's copy), ready for TrainConfig: the environment
+    record is left out, older versions' `init_kwargs` and `kernel_size` are folded into the init label,
+    and an unknown key fails naming the file."""
+    if not isinstance(values, dict):
+        raise ValueError(f"{source}: expected a mapping of settings (a run's config.yaml), got {type(values).__name__}")
+    values = {k: v for k, v in values.items() if k != ENVIRONMENT}
+    legacy = dict(values.pop("init_kwargs", None) or {})
+    kernel_size = values.pop("kernel_size", None)
+    if legacy or kernel_size is not None:
+        label = values.get("init", TrainConfig.init)
+        if kernel_size is not None and KERNEL_SIZE not in {**parse_init(label)[1], **legacy}:
+            legacy[KERNEL_SIZE] = kernel_size
+        values["init"] = with_options(label, legacy)
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(
+            f"{source}: unknown setting(s) {', '.join(unknown)}; the settings are {', '.join(sorted(known))}"
+        )
+    return values
+
+
+def read_config(path: str | Path) -> TrainConfig:
+    """The TrainConfig of a config.yaml (a run's, or one written by hand)."""
+    path = Path(path)
+    return TrainConfig(**config_values(yaml.safe_load(path.read_text()), str(path)))
 
 
 def presets() -> list[str]:
@@ -266,7 +297,7 @@ def resume_config(out: str | Path, **changes: Any) -> TrainConfig:
     path = Path(out) / "config.yaml"
     if not path.exists():
         raise FileNotFoundError(f"--resume: there is no run in {out}")
-    saved = TrainConfig(**yaml.safe_load(path.read_text()))
+    saved = read_config(path)
     return dataclasses.replace(saved, **{"stop_after": None, **changes}, out=str(out), resume=True)
 
 
@@ -300,10 +331,16 @@ class Run:
         show = self.world.main and not config.quiet
         bar = tqdm(range(start, last), desc="epochs", disable=not show or None, initial=start, total=last)
         metrics: dict[str, Any] = {}
-        for epoch in bar:
-            metrics = self.train_epoch(epoch)
-            if metrics.get(f"{config.eval_split}_top1") is not None:
-                bar.set_postfix(loss=f"{metrics['train_loss']:.3f}", top1=f"{metrics[f'{config.eval_split}_top1']:.1f}")
+        names = config.log if self.world.main else []
+        self.loggers = Loggers(names, self.out, dataclasses.asdict(config), start)
+        try:
+            for epoch in bar:
+                metrics = self.train_epoch(epoch)
+                if metrics.get(f"{config.eval_split}_top1") is not None:
+                    top1 = metrics[f"{config.eval_split}_top1"]
+                    bar.set_postfix(loss=f"{metrics['train_loss']:.3f}", top1=f"{top1:.1f}")
+        finally:
+            self.loggers.close()
         return self.finish(last, metrics)
 
     # --- the directory ----------------------------------------------------------------------------
@@ -312,6 +349,7 @@ class Run:
         """A fresh run writes its config (refusing a directory that holds a run); a resumed one loads
         its checkpoint, applies the settings that may change (logged) and refuses the others."""
         config = self.config
+        env = environment(self.device, resolve_amp(config.amp, self.device), self.world.world)
         if not config.resume:
             if self.checkpoint_path.exists():
                 raise FileExistsError(f"{self.out} already holds a run: use --resume to continue it or another --out")
@@ -319,7 +357,7 @@ class Run:
                 for stale in ("metrics.jsonl", "summary.json", "prev.pt"):
                     (self.out / stale).unlink(missing_ok=True)
                 self.out.mkdir(parents=True, exist_ok=True)
-                _write_config(self.out, dataclasses.asdict(config))
+                _write_config(self.out, dataclasses.asdict(config), env)
             return None
         if not self.checkpoint_path.exists():
             raise RunError(
@@ -327,16 +365,20 @@ class Run:
                 "run it again without --resume"
             )
         checkpoint = load_checkpoint(self.checkpoint_path)
-        saved = dataclasses.asdict(TrainConfig(**{**checkpoint["config"], "resume": True}))
+        saved = dataclasses.asdict(TrainConfig(**{**config_values(checkpoint["config"], "last.pt"), "resume": True}))
         changes = resume_changes(saved, dataclasses.asdict(config), checkpoint["epoch"])
         self.checkpointed = checkpoint["epoch"]
         if self.world.main:
             self.log.reconcile(checkpoint["epoch"], checkpoint.get("metrics"))
+            before = (yaml.safe_load((self.out / "config.yaml").read_text()) or {}).get(ENVIRONMENT)
             if changes:
                 self.log.append({"event": "resume", "after_epoch": checkpoint["epoch"], "changed": changes})
-                _write_config(self.out, {**dataclasses.asdict(config), "resume": False})
                 if "epochs" in changes:
                     (self.out / "summary.json").unlink(missing_ok=True)
+            if env != before:  # resumed elsewhere: config.yaml says where it goes on, the log where it was
+                self.log.append({"event": "environment", "after_epoch": checkpoint["epoch"], ENVIRONMENT: env})
+            if changes or env != before:
+                _write_config(self.out, {**dataclasses.asdict(config), "resume": False}, env)
         return checkpoint
 
     # --- building ---------------------------------------------------------------------------------
@@ -569,6 +611,7 @@ class Run:
             }
             atomic_save(state, self.checkpoint_path, keep_previous=True)
             self.log.append(metrics)
+            self.loggers.log(metrics)
             if epoch in self.config.snapshot_epochs:
                 save_snapshot(self.model, self.out, epoch)
         self.checkpointed = epoch
@@ -605,8 +648,7 @@ def build_model(config: TrainConfig, data: TensorData | StreamData):
     method, options = parse_init(config.init)
     if method == DEFAULT:
         return model, Report(DEFAULT, type(model).__name__, [], seed=config.seed)
-    options = {**options, **config.init_kwargs}
-    kernel_size = options.pop("kernel_size", config.kernel_size)
+    kernel_size = options.pop(KERNEL_SIZE, None)
     report = initialize(model, method, kernel_size=kernel_size, seed=config.seed, **options)
     return model, report
 
@@ -621,8 +663,9 @@ def prefer_math_attention(model: nn.Module, device: torch.device, amp_dtype: tor
                 module.fused_attn = False
 
 
-def _write_config(out: Path, values: dict[str, Any]) -> None:
-    atomic_write_text(out / "config.yaml", yaml.safe_dump(values, sort_keys=False))
+def _write_config(out: Path, values: dict[str, Any], env: dict[str, Any]) -> None:
+    """The settings as asked (read back with read_config), then where they ran."""
+    atomic_write_text(out / "config.yaml", yaml.safe_dump({**values, ENVIRONMENT: env}, sort_keys=False))
 
 
 def save_snapshot(model: nn.Module, out: Path, epoch: int) -> None:
@@ -746,4 +789,4 @@ def print_summary(summary: dict[str, Any], out: str | Path) -> None:
     )
 
 
-__all__ = ["Run", "TrainConfig", "TrainingDiverged", "presets", "resume_config", "train"]
+__all__ = ["Run", "TrainConfig", "TrainingDiverged", "presets", "read_config", "resume_config", "train"]

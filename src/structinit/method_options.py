@@ -1,0 +1,221 @@
+"""The options of every init method, each defined once: a frozen dataclass per method whose fields
+carry their default, their help and their valid values.
+
+The same class serves the Python call (`initialize(model, "impulse", target_fidelity=0.9)` or
+`initialize(model, ImpulseOptions(target_fidelity=0.9))`), the init labels of the command line
+(`impulse[target_fidelity=0.9]`, checked before a grid starts) and `structinit init --list-options`,
+and the report records the resolved instance, so a default changed here changes all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, ClassVar
+
+
+def option(
+    default: Any,
+    help: str,
+    *,
+    choices: tuple[str, ...] | None = None,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    why: str = "",
+) -> Any:
+    """A dataclass field with its help text and its valid values (choices, or a range whose ends are
+    included unless `*_open`; `why` is added to the error)."""
+    bounds = None if low is None and high is None else (low, high, low_open, high_open)
+    return field(default=default, metadata={"help": help, "choices": choices, "bounds": bounds, "why": why})
+
+
+@dataclass(frozen=True)
+class MethodOptions:
+    """Base of the options classes: construction checks every value by name (type, choice, range)."""
+
+    what: ClassVar[str] = "this init"
+    method: ClassVar[str | None] = None  # the method an instance stands for, where one class is one method
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            _check(self.what, f, getattr(self, f.name))
+
+    @classmethod
+    def build(cls, method: str, values: Mapping[str, Any]) -> MethodOptions:
+        """The options of `method` from a name -> value mapping; unknown names fail with the list of
+        known ones."""
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise TypeError(
+                f"unknown option(s) {', '.join(unknown)} for method {method!r}; "
+                f"its options are: {', '.join(known) or 'none'}"
+            )
+        return cls(**values)
+
+    def changed(self) -> dict[str, Any]:
+        """The options that differ from their defaults (what an init label needs to say)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != f.default}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def describe(cls) -> list[str]:
+        """One line per option: name, type, default, valid values and help."""
+        lines = []
+        for f in fields(cls):
+            meta = f.metadata
+            valid = f" ({'|'.join(meta['choices'])})" if meta["choices"] else ""
+            default = f.default if f.default is not MISSING else "required"
+            lines.append(f"{f.name}: {f.type}{valid} = {default!r}\n    {meta['help']}")
+        return lines
+
+
+def _check(what: str, f: Any, value: Any) -> None:
+    kinds = {t.strip() for t in str(f.type).split("|")}
+    meta = f.metadata
+    if value is None and "None" in kinds:
+        return
+    if "bool" in kinds and not isinstance(value, bool):
+        raise TypeError(f"option {f.name} of {what} takes True or False, got {value!r}")
+    if kinds & {"int", "float"} and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise TypeError(f"option {f.name} of {what} takes a number, got {value!r}")
+    if "int" in kinds and "float" not in kinds and not isinstance(value, int):
+        raise TypeError(f"option {f.name} of {what} takes an integer, got {value!r}")
+    if "str" in kinds and not isinstance(value, str):
+        raise TypeError(f"option {f.name} of {what} takes text, got {value!r}")
+    if meta["choices"] and value not in meta["choices"]:
+        raise ValueError(f"{f.name} must be one of {', '.join(map(repr, meta['choices']))}, got {value!r}")
+    if meta["bounds"]:
+        low, high, low_open, high_open = meta["bounds"]
+        below = value != value or (low is not None and (value <= low if low_open else value < low))  # NaN fails
+        above = high is not None and (value >= high if high_open else value > high)
+        if below or above:
+            if high is None:
+                valid = f"{'>' if low_open else '>='} {low:g}"
+            else:
+                valid = f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+            none = " or None" if "None" in kinds else ""
+            why = f" ({meta['why']})" if meta["why"] else ""
+            raise ValueError(f"{f.name} must be {valid}{none}{why}, got {value!r}")
+
+
+ASSIGNMENT = (
+    "which head gets which offset of the f x f kernel: random (seeded, every offset once before any repeats) "
+    "or ordered (the authors': centre, neighbours, diagonals)"
+)
+
+
+@dataclass(frozen=True)
+class NoOptions(MethodOptions):
+    """timm's and PyTorch's (kaiming) inits take no options."""
+
+
+@dataclass(frozen=True)
+class MimeticOptions(MethodOptions):
+    """Mimetic init (Trockman & Kolter 2023): W_q W_k^T ~ qk_alpha Z + qk_beta I and
+    W_v W_proj = vproj_alpha Z - vproj_beta I."""
+
+    what: ClassVar[str] = "the mimetic init"
+    method: ClassVar[str | None] = "mimetic"
+    qk_alpha: float = option(0.7, "weight of the random matrix Z in W_q W_k^T")
+    qk_beta: float = option(0.7, "weight of the identity in W_q W_k^T")
+    vproj_alpha: float = option(0.4, "weight of Z in W_v W_proj")
+    vproj_beta: float = option(0.4, "weight of the identity subtracted in W_v W_proj")
+    distribution: str = option(
+        "uniform", "entries of Z, variance 1/D: uniform (the authors' code) or normal", choices=("uniform", "normal")
+    )
+
+
+@dataclass(frozen=True)
+class ImpulseOptions(MethodOptions):
+    """Impulse init of ViTs (Zheng et al. 2025); methods.init_impulse says how the options act together."""
+
+    what: ClassVar[str] = "the impulse init"
+    method: ClassVar[str | None] = "impulse"
+    assignment: str = option("random", ASSIGNMENT, choices=("random", "ordered"))
+    solver: str = option(
+        "closed_form",
+        "closed_form: nearly orthogonal key codes at the gain that meets target_fidelity; refine: then Adam on the "
+        "paper's softmax-MSE objective; authors: the authors' least-squares solver, for comparison",
+        choices=("closed_form", "refine", "authors"),
+    )
+    target_fidelity: float = option(
+        0.98, "share of each query's attention on its target key at init", low=0, high=1, low_open=True, high_open=True
+    )
+    pseudo_input: str = option(
+        "pos_embed",
+        "what Q and K are solved on: the prefix tokens plus position embedding, uniform or gaussian noise, or "
+        "the embedding plus gaussian noise (paper App. C.1)",
+        choices=("pos_embed", "uniform", "gaussian", "pos_embed+noise"),
+    )
+    noise_std: float = option(1.0, "pos_embed+noise: noise std in units of the embedding's std", low=0)
+    pos_scale: float | None = option(
+        18.0,
+        "rescale a learned position embedding to std pos_scale x 0.02 (x18 on a fresh timm model, as the authors); "
+        "None leaves it as it is",
+        low=0,
+        low_open=True,
+    )
+    blind_to_content: bool = option(
+        True, "solve Q/K outside the patch embedding's span when it is under half the width (small patches)"
+    )
+    vproj: str = option(
+        "mimetic", "W_v W_proj: mimetic (vproj_alpha Z - vproj_beta I) or keep the model's", choices=("mimetic", "keep")
+    )
+    vproj_alpha: float = option(0.4, "vproj=mimetic: weight of Z")
+    vproj_beta: float = option(0.4, "vproj=mimetic: weight of the identity subtracted")
+    refine_steps: int = option(100, "solver=refine: Adam steps", low=0)
+    refine_lr: float = option(0.01, "solver=refine: relative step size", low=0, low_open=True)
+    qk_scale: float = option(7.0, "solver=authors: their Q/K scale", low=0, low_open=True)
+    propagate: bool = option(
+        False, "solve layer i + 1 on block i's output for the pseudo tokens, not on the pseudo tokens themselves"
+    )
+    rcond: float = option(
+        0.1,
+        "invert the pseudo input only along singular directions of at least rcond x the largest (lstsq cut-off)",
+        low=0,
+        high=1,
+        high_open=True,
+    )
+
+
+@dataclass(frozen=True)
+class SwinImpulseOptions(MethodOptions):
+    """Impulse init of Swin v1, through its relative-position bias (swin_init.py)."""
+
+    what: ClassVar[str] = "Swin's impulse init"
+    method: ClassVar[str | None] = "impulse"
+    assignment: str = option("random", ASSIGNMENT, choices=("random", "ordered"))
+    target_fidelity: float = option(
+        0.98, "share of each query's attention on its target key at init", low=0, high=1, low_open=True, high_open=True
+    )
+    vproj_alpha: float = option(0.4, "weight of Z in W_v W_proj")
+    vproj_beta: float = option(0.4, "weight of the identity subtracted in W_v W_proj")
+
+
+@dataclass(frozen=True)
+class MixerImpulseOptions(MethodOptions):
+    """Impulse init of MLP-Mixer's token-mixing MLPs (mixer_init.py)."""
+
+    what: ClassVar[str] = "Mixer's impulse init"
+    method: ClassVar[str | None] = "impulse"
+    assignment: str = option("random", ASSIGNMENT, choices=("random", "ordered"))
+    unit_bias: float = option(
+        3.0,
+        "bias of the routing units",
+        low=0,
+        low_open=True,
+        why="it keeps the activation in its linear range",
+    )
+
+
+@dataclass(frozen=True)
+class FilterOptions(MethodOptions):
+    """ConvMixer's depthwise filter inits (random, impulse, box; filter_inits.py)."""
+
+    what: ClassVar[str] = "the filter inits"
+    freeze: bool = option(False, "fix the depthwise convolutions (no gradient, no weight decay)")
