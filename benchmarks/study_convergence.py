@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     if configs:
         print(f"{args.part}: {len(configs)} runs, {args.jobs} at a time", flush=True)
-        run_configs(configs, jobs=args.jobs, root=out)
+        run_configs(configs, parallel=args.jobs, root=out)
     rows = rows_of(out, levers + protocol + extended)
     write_docs(rows, docs, levers + protocol + extended)
     print(f"done in {time.perf_counter() - start:.0f} s; {docs / 'convergence.md'}, {docs / 'convergence.csv'}")

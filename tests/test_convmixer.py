@@ -89,7 +89,7 @@ def test_frozen_filters_stay_bit_identical_and_are_not_optimised(tmp_path):
         quiet=True,
     )
     train(config)
-    trained = torch.load(run / "last.pt", weights_only=False)["model"]
+    trained = torch.load(run / "last.pt", map_location="cpu", weights_only=False)["model"]
     at_init, _ = structinit.train.build_model(config, structinit.train.load_data("digits", per_class=20))
     for name, value in at_init.state_dict().items():
         if name.startswith("blocks.") and ".fn.0." in name:

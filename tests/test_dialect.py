@@ -85,7 +85,10 @@ def test_a_runs_config_yaml_fed_back_repeats_the_run_bit_for_bit(tmp_path):
     first, again = tmp_path / "first", tmp_path / "again"
     assert main(["train", *FLAGS, "--epochs", "2", "--init", "impulse[target_fidelity=0.9]", "--out", str(first)]) == 0
     assert main(["train", "-c", str(first / "config.yaml"), "--output", str(again)]) == 0
-    a, b = torch.load(first / "last.pt", weights_only=True), torch.load(again / "last.pt", weights_only=True)
+    a, b = (
+        torch.load(first / "last.pt", map_location="cpu", weights_only=True),
+        torch.load(again / "last.pt", map_location="cpu", weights_only=True),
+    )
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
     clock = ("time", "img_per_s", "epoch_seconds")
     strip = lambda run: [{k: v for k, v in r.items() if k not in clock} for r in MetricsLog(run).epochs()]  # noqa: E731
@@ -158,7 +161,7 @@ def test_tensorboard_and_wandb_get_every_epoch_once_across_a_resume(tmp_path, mo
     assert main([*argv, "--stop-after", "2"]) == 0
     # a crash after epoch 2 was logged to TensorBoard but before it was checkpointed: the resume
     # from epoch 1 must drop it there too
-    checkpoint = torch.load(run / "prev.pt", weights_only=True)
+    checkpoint = torch.load(run / "prev.pt", map_location="cpu", weights_only=True)
     torch.save(checkpoint, run / "last.pt")
     assert main(["train", "--resume", "--out", str(run), "--quiet"]) == 0
     events = EventAccumulator(str(run / "tensorboard"))

@@ -95,7 +95,7 @@ def test_initialize_goes_through_torch_compile_and_ddp_wrappers(tmp_path):
         save_init(wrapped, tmp_path / "ddp.pt")
     finally:
         dist.destroy_process_group()
-    saved = torch.load(tmp_path / "ddp.pt", weights_only=True)
+    saved = torch.load(tmp_path / "ddp.pt", map_location="cpu", weights_only=True)
     assert saved.keys() == reference.state_dict().keys()  # no "module." prefix
     assert all(torch.equal(saved[k], v) for k, v in reference.state_dict().items())
 

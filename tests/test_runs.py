@@ -31,7 +31,7 @@ def epochs_logged(run: Path) -> list[int]:
 
 
 def weights(run: Path) -> dict[str, torch.Tensor]:
-    return torch.load(run / "last.pt", weights_only=True)["model"]
+    return torch.load(run / "last.pt", map_location="cpu", weights_only=True)["model"]
 
 
 def assert_same_weights(a: Path, b: Path) -> None:
@@ -102,7 +102,7 @@ PLANTED_MARKER = Path("/tmp/structinit-planted-code-ran")
 def test_a_crafted_checkpoint_is_never_unpickled(tmp_path, capsys):
     out = tmp_path / "run"
     train(TrainConfig(**FAST, epochs=1, out=str(out)))
-    state = torch.load(out / "last.pt", weights_only=True)
+    state = torch.load(out / "last.pt", map_location="cpu", weights_only=True)
     torch.save({**state, "extra": Planted()}, out / "last.pt")
     PLANTED_MARKER.unlink(missing_ok=True)
     assert main(["attention", str(out), "--out", str(tmp_path / "a.png")]) == 2
@@ -115,7 +115,7 @@ def test_a_crafted_checkpoint_is_never_unpickled(tmp_path, capsys):
 def test_a_checkpoint_of_the_old_format_is_upgraded_on_request(tmp_path):
     out = tmp_path / "run"
     train(TrainConfig(**FAST, epochs=2, stop_after=1, out=str(out)))
-    state = torch.load(out / "last.pt", weights_only=True)
+    state = torch.load(out / "last.pt", map_location="cpu", weights_only=True)
     import numpy as np
 
     old_rng = {"torch": state["rng"]["torch"], "numpy": np.random.get_state(), "python": random.getstate()}

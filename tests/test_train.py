@@ -30,8 +30,8 @@ def test_stopped_and_resumed_run_ends_bit_identical(tmp_path):
     summary = train(part)
     assert not summary["finished"] and not (tmp_path / "part" / "summary.json").exists()
     train(resume_config(tmp_path / "part"))
-    a = torch.load(tmp_path / "full" / "last.pt", weights_only=False)
-    b = torch.load(tmp_path / "part" / "last.pt", weights_only=False)
+    a = torch.load(tmp_path / "full" / "last.pt", map_location="cpu", weights_only=False)
+    b = torch.load(tmp_path / "part" / "last.pt", map_location="cpu", weights_only=False)
     for key in ("model", "ema"):
         for name, value in a[key].items():
             assert torch.equal(value, b[key][name]), (key, name)
@@ -53,7 +53,7 @@ def test_a_diverging_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_p
     monkeypatch.setattr(train_module, "LabelSmoothingCrossEntropy", Diverging)
     with pytest.raises(TrainingDiverged, match=r"the loss became nan at epoch 2, step 2; the last good checkpoint"):
         train(TrainConfig(**FAST, epochs=3, out=str(tmp_path / "run")))
-    assert torch.load(tmp_path / "run" / "last.pt", weights_only=False)["epoch"] == 1
+    assert torch.load(tmp_path / "run" / "last.pt", map_location="cpu", weights_only=False)["epoch"] == 1
 
 
 def test_existing_runs_are_not_overwritten_and_resume_needs_a_checkpoint(tmp_path, capsys):

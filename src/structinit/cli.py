@@ -77,7 +77,18 @@ def build_parser() -> argparse.ArgumentParser:
     grid.add_argument("--inits", default="timm,mimetic,impulse", help="comma-separated init labels; " + INIT_HELP)
     grid.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
     grid.add_argument(
-        "--jobs", type=int, default=1, help="runs at once, each in its own process with a share of the CPU threads"
+        "--parallel",
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="K",
+        help="K runs at once, each in its own process (on several GPUs: spread over them)",
+    )
+    grid.add_argument(
+        "--threads",
+        type=int,
+        metavar="T",
+        help="torch threads per run (default: the cores / K); a CPU grid repeats bit for bit at the same T",
     )
     grid.add_argument(
         "--rerun", action="store_true", help="train again (from scratch) run directories made with another recipe"
@@ -323,9 +334,14 @@ def run_compare(args: argparse.Namespace) -> int:
         parse_init(label)  # fail before the first run, not in the middle of the grid
     per_class = int_list(args.per_class, "--per-class") if args.per_class else [None]
     base = train_config(args)
-    if args.jobs < 1:
-        raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
-    rows = compare(base, inits, int_list(args.seeds, "--seeds"), per_class, args.out, jobs=args.jobs, rerun=args.rerun)
+    if args.parallel < 1:
+        raise ValueError(f"--parallel must be >= 1, got {args.parallel}")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
+    seeds = int_list(args.seeds, "--seeds")
+    rows = compare(
+        base, inits, seeds, per_class, args.out, parallel=args.parallel, rerun=args.rerun, threads=args.threads
+    )
     print((Path(args.out) / "results.md").read_text(), end="")
     print(f"{len(rows)} runs; results.csv, results.md, curves.png and summary.png in {args.out}")
     return 0

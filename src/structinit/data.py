@@ -279,7 +279,7 @@ def _decode_cached(files: list[Path], size: tuple[int, int], cache_dir: str | Pa
     key = hashlib.sha1("\n".join(f"{f}:{f.stat().st_mtime_ns}" for f in files).encode()).hexdigest()[:16]
     cache = Path(cache_dir or Path.home() / ".cache" / "structinit") / f"images-{key}.pt"
     if cache.exists():
-        return torch.load(cache)
+        return torch.load(cache, map_location="cpu", weights_only=True)
     from tqdm.auto import tqdm
 
     out = torch.empty(len(files), 3, size[1], size[0], dtype=torch.uint8)

@@ -1,8 +1,9 @@
 """Experiment grids: the same model and recipe, only the init (and seed, and data size) differ.
 
 `compare` runs every (setting, init, seed) into its own run directory, skips finished runs and
-resumes interrupted ones (`jobs` at a time, each in its own process), then writes results.csv (one
-row per run), results.md (mean ± std per init and setting, with the gain over timm) and curves.png.
+resumes interrupted ones (`parallel` at a time, each in its own process), then writes results.csv
+(one row per run), results.md (mean ± std per init and setting, with the gain over timm), curves.png
+and summary.png.
 Rows carry the best top-1 of the run's curve and its time to accuracy: the epochs it needed to reach
 timm's mean final top-1 in the same cell (`time_to_accuracy`).
 """
@@ -21,6 +22,8 @@ import statistics
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from .data import parse_spec
 from .rundir import MetricsLog, RunError, RunLock, config_hash, flag, identity
@@ -69,8 +72,9 @@ def compare(
     seeds: list[int],
     per_class: list[int | None],
     out: str | Path,
-    jobs: int = 1,
+    parallel: int = 1,
     rerun: bool = False,
+    threads: int | None = None,
 ) -> list[dict[str, Any]]:
     """Run the grid (finished runs are skipped, interrupted ones resumed, `rerun`: runs made with
     another recipe are trained again instead of refused) and write the results."""
@@ -81,25 +85,34 @@ def compare(
         for init in inits
         for seed in seeds
     ]
-    run_configs(configs, jobs, root=out, rerun=rerun)
+    run_configs(configs, parallel, root=out, rerun=rerun, threads=threads)
     rows = collect(out)
     write_results(rows, out)
     return rows
 
 
-def run_configs(configs: list[TrainConfig], jobs: int = 1, root: Path | None = None, rerun: bool = False) -> None:
+def run_configs(
+    configs: list[TrainConfig],
+    parallel: int = 1,
+    root: Path | None = None,
+    rerun: bool = False,
+    threads: int | None = None,
+) -> None:
     """Train every config whose run directory has no summary.json (resuming those with a checkpoint).
 
     A run directory made with another recipe is refused before anything trains (`rerun`: emptied
     and trained again). `root`, the grid's directory, is locked: a second grid on it is refused.
-    jobs > 1: that many runs at once, each in its own process with an equal share of the CPU threads
-    (two one-thread runs train ~1.25x faster than one two-thread run of a small ViT on 2 cores). A
-    run's numbers then differ from a one-process run's in float rounding only. The first failure stops
-    the grid; finished runs stay finished and interrupted ones resume on the next call."""
+    parallel > 1: that many runs at once, each in its own process (two one-thread runs train ~1.25x
+    faster than one two-thread run of a small ViT on 2 cores), on the visible GPUs in turn where there
+    are several. Every run uses `threads` torch threads (default: the CPU's cores shared equally
+    among the runs at once); on a CPU a run's numbers depend on that count (reductions split across
+    threads), so a grid repeats bit for bit, in parallel or not, at the same `threads` (tested). The
+    first failure stops the grid; finished runs stay finished and interrupted ones resume on the next
+    call."""
     with RunLock(root, "grid") if root is not None else contextlib.nullcontext():
         for config in configs:
             _check_same_recipe(config, rerun)
-        _run_all(configs, jobs, root)
+        _run_all(configs, parallel, threads, root)
 
 
 def _check_same_recipe(config: TrainConfig, rerun: bool) -> None:
@@ -119,45 +132,84 @@ def _check_same_recipe(config: TrainConfig, rerun: bool) -> None:
     raise RunError(f"{config.out} was made with {listed}: use another --out, or --rerun to train it again")
 
 
-def _run_all(configs: list[TrainConfig], jobs: int, root: Path | None) -> None:
+def _run_all(configs: list[TrainConfig], parallel: int, threads: int | None, root: Path | None) -> None:
     todo = [c for c in configs if not (Path(c.out) / "summary.json").exists()]
     todo = [dataclasses.replace(c, resume=(Path(c.out) / "last.pt").exists()) for c in todo]
+    threads = threads or max(1, (os.cpu_count() or 1) // parallel)
+    todo = _spread_over_gpus(todo)
     quiet = all(c.quiet for c in todo)
 
     def name(config: TrainConfig) -> str:
         return str(Path(config.out).relative_to(root)) if root else config.out
 
-    if jobs <= 1:
-        for i, config in enumerate(todo, 1):
-            if not quiet:
-                print(f"[{i}/{len(todo)}] {name(config)}", flush=True)
-            train(config)
+    if parallel <= 1:
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            for i, config in enumerate(todo, 1):
+                if not quiet:
+                    print(f"[{i}/{len(todo)}] {name(config)}", flush=True)
+                train(config)
+        finally:
+            torch.set_num_threads(before)
         return
-    threads = max(1, (os.cpu_count() or 1) // jobs)
     context = multiprocessing.get_context("spawn")  # no forked torch thread pools
-    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_limit_threads, initargs=(threads,)) as pool:
+    progress = _GridProgress(todo, disable=quiet)
+    with ProcessPoolExecutor(parallel, mp_context=context, initializer=_limit_threads, initargs=(threads,)) as pool:
         futures = {pool.submit(train, dataclasses.replace(c, quiet=True)): c for c in todo}
-        finished = 0
         pending = set(futures)
         while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            done, pending = wait(pending, timeout=2, return_when=FIRST_COMPLETED)
             for future in done:
                 if future.exception() is not None:
                     for other in pending:
                         other.cancel()
+                    progress.close()
                     raise future.exception()
-                finished += 1
-                summary = future.result()
                 split = futures[future].eval_split
-                print(
-                    f"[{finished}/{len(todo)}] {name(futures[future])}: {split} top-1 {summary[f'{split}_top1']:.2f}",
-                    flush=True,
-                )
+                top1 = future.result()[f"{split}_top1"]
+                progress.write(f"{name(futures[future])}: {split} top-1 {top1:.2f}")
+            progress.update()
+    progress.close()
+
+
+class _GridProgress:
+    """One bar for a parallel grid, in epochs over all its runs (read from their metrics.jsonl), with a
+    line per finished run."""
+
+    def __init__(self, configs: list[TrainConfig], disable: bool) -> None:
+        from tqdm.auto import tqdm
+
+        self.runs = [Path(c.out) for c in configs]
+        total = sum(c.epochs for c in configs)
+        self.bar = tqdm(total=total, desc=f"grid ({len(configs)} runs)", unit="epoch", disable=disable or None)
+        self.finished, self.count = 0, len(configs)
+        self.update()
+
+    def update(self) -> None:
+        done = sum(len(MetricsLog(run).epochs()) for run in self.runs)
+        self.bar.update(done - self.bar.n)
+
+    def write(self, line: str) -> None:
+        self.finished += 1
+        self.bar.write(f"[{self.finished}/{self.count}] {line}")
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _spread_over_gpus(configs: list[TrainConfig]) -> list[TrainConfig]:
+    """Runs that would take the default device go round-robin over the visible GPUs (several per GPU
+    when the grid runs more at once than there are GPUs)."""
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count < 2:
+        return configs
+    return [
+        dataclasses.replace(c, device=f"cuda:{i % count}") if c.device == "auto" else c for i, c in enumerate(configs)
+    ]
 
 
 def _limit_threads(threads: int) -> None:
-    import torch
-
     torch.set_num_threads(threads)
 
 

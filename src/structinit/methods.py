@@ -7,6 +7,7 @@ same seed gives bit-identical weights on any device.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import warnings
@@ -68,8 +69,33 @@ def initialize(
     elif isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int or None, got {seed!r}")
     method, given = _split_method(method, options)
-    generator = torch.Generator().manual_seed(seed)
     model = unwrap(model)
+    with _on_cpu(model):
+        return _initialize(model, method, kernel_size, seed, given)
+
+
+@contextlib.contextmanager
+def _on_cpu(model: nn.Module):
+    """Initialise on the CPU (where the generator draws and the solves run in float64) and put the
+    weights back where they were: the same weights whatever the model's device, in place (the same
+    Parameter objects, so an optimiser or DDP built on them keeps them)."""
+    devices = {p.device for p in model.parameters()} | {b.device for b in model.buffers()}
+    if devices <= {torch.device("cpu")}:
+        yield
+        return
+    if len(devices) > 1:
+        raise ValueError(f"the model is spread over {sorted(map(str, devices))}: initialise it on one device")
+    model.cpu()
+    try:
+        yield
+    finally:
+        model.to(devices.pop())
+
+
+def _initialize(
+    model: nn.Module, method: str, kernel_size: int | None, seed: int, given: dict | MethodOptions
+) -> Report:
+    generator = torch.Generator().manual_seed(seed)
     conv = get_conv_adapter(model)
     if conv is not None:
         return _initialize_filters(model, conv, method, kernel_size, seed, generator, given)

@@ -1,0 +1,72 @@
+"""Runs move between GPUs and CPUs: a checkpoint written on a GPU opens on a laptop (attention, rank,
+--resume), and on a machine with CUDA the trainer, DDP with nccl and the inits run there (skipped
+without a GPU)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import structinit
+from structinit.cli import main
+from structinit.rundir import MetricsLog
+
+FLAGS = ["--per-class", "20", "--model-kwargs", "depth=2", "--batch-size", "50", "--quiet"]
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def tag_as_cuda(path, monkeypatch):
+    """Rewrite a checkpoint as a CUDA machine writes it: every storage tagged cuda:0."""
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.serialization, "location_tag", lambda storage: "cuda:0")
+        torch.save(state, path)
+
+
+def test_a_checkpoint_written_on_a_gpu_opens_on_a_cpu(tmp_path, monkeypatch, capsys):
+    run = tmp_path / "run"
+    assert main(["train", *FLAGS, "--epochs", "1", "--out", str(run)]) == 0
+    tag_as_cuda(run / "last.pt", monkeypatch)
+    if not torch.cuda.is_available():  # the file really is a GPU checkpoint: a plain load fails here
+        with pytest.raises(RuntimeError, match="CUDA"):
+            torch.load(run / "last.pt", weights_only=True)
+    assert main(["attention", str(run), "--images", "8", "--out", str(tmp_path / "a.png")]) == 0
+    assert main(["rank", str(run), "--images", "8", "--out", str(tmp_path / "r.png")]) == 0
+    assert main(["train", "--resume", "--out", str(run), "--epochs", "2", "--device", "cpu", "--quiet"]) == 0
+    assert [r["epoch"] for r in MetricsLog(run).epochs()] == [1, 2]
+
+
+@cuda
+def test_a_run_trains_on_cuda_and_resumes_on_the_cpu(tmp_path):
+    run = tmp_path / "run"
+    assert main(["train", *FLAGS, "--epochs", "2", "--stop-after", "1", "--device", "cuda", "--out", str(run)]) == 0
+    assert torch.load(run / "last.pt", map_location="cpu", weights_only=True)["epoch"] == 1
+    assert main(["train", "--resume", "--out", str(run), "--device", "cpu", "--quiet"]) == 0
+    assert json.loads((run / "summary.json").read_text())["finished"]
+
+
+@cuda
+def test_the_inits_give_the_same_weights_on_cuda_as_on_the_cpu():
+    from conftest import small_vit
+
+    for method in ("timm", "mimetic", "impulse"):
+        torch.manual_seed(0)
+        on_cpu = small_vit()
+        torch.manual_seed(0)
+        on_gpu = small_vit().cuda()
+        structinit.initialize(on_cpu, method, seed=3)
+        structinit.initialize(on_gpu, method, seed=3)
+        gpu_state = on_gpu.state_dict()
+        assert all(torch.equal(v, gpu_state[k].cpu()) for k, v in on_cpu.state_dict().items()), method
+
+
+@cuda
+def test_ddp_with_nccl_on_one_gpu(tmp_path):
+    run = tmp_path / "ddp"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, ["src", os.environ.get("PYTHONPATH")]))}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1", "-m", "structinit", "train"]
+    done = subprocess.run([*command, *FLAGS, "--epochs", "1", "--device", "cuda", "--out", str(run)], env=env)
+    assert done.returncode == 0 and (run / "summary.json").exists()
