@@ -8,14 +8,16 @@ mean attention mass on the head's assigned offset (impulse) or on its best offse
 
     .venv/bin/python benchmarks/bench_init.py                      # every model, ~2 minutes on 2 cores
     .venv/bin/python benchmarks/bench_init.py --models vit_base_patch16_224 --repeats 5
+    .venv/bin/python benchmarks/bench_init.py --models vit_base_patch16_224 --methods timm mimetic \
+        "impulse (closed form)" --images 0 --busy          # beside a process that keeps every core busy
 """
 
 from __future__ import annotations
 
 import argparse
-import platform
 import random
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,6 +27,7 @@ import torch
 from PIL import Image
 
 import structinit
+from structinit.provenance import cpu_model
 
 ROOT = Path(__file__).resolve().parents[1]
 CIFAR = ROOT.parent / "shared" / "datasets" / "cifar10"
@@ -50,7 +53,7 @@ METHODS = {
 def load_images(count: int, seed: int = 0) -> torch.Tensor | None:
     """`count` CIFAR-10 test images (a seeded random draw over all classes), as a (B, 3, 32, 32) tensor in [0, 1]."""
     files = sorted(CIFAR.glob("test/*/*.jpg"))
-    if not files:
+    if not files or count == 0:
         return None
     chosen = random.Random(seed).sample(files, count)
     arrays = [torch.frombuffer(bytearray(Image.open(f).convert("RGB").tobytes()), dtype=torch.uint8) for f in chosen]
@@ -93,14 +96,39 @@ def main() -> int:
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per model and method (median)")
     parser.add_argument("--images", type=int, default=64, help="CIFAR-10 test images for the real-image column")
+    parser.add_argument(
+        "--busy", action="store_true", help="time the inits beside another process that keeps every core busy"
+    )
     args = parser.parse_args()
+    if args.busy:
+        busy = start_busy_process()
+        try:
+            return run(args)
+        finally:
+            busy.kill()
+    return run(args)
+
+
+def start_busy_process() -> subprocess.Popen:
+    """A process multiplying 1024 x 1024 matrices on every core, as a training beside the init would."""
+    loop = (
+        "import os, torch\ntorch.set_num_threads(os.cpu_count())\na = torch.randn(1024, 1024)\n"
+        "while True:\n    a = (a @ a).tanh_()"
+    )
+    busy = subprocess.Popen([sys.executable, "-c", loop])
+    time.sleep(2)
+    return busy
+
+
+def run(args: argparse.Namespace) -> int:
 
     torch.manual_seed(0)
     images = load_images(args.images)
     print(f"# structinit {structinit.__version__} init benchmark")
-    cpu = platform.processor() or platform.machine()
+    cpu = cpu_model()
     print(f"machine: {cpu}, {torch.get_num_threads()} threads, torch {torch.__version__}, timm {timm.__version__}")
     print(f"command: {' '.join([Path(sys.executable).name, *sys.argv])}")
+    print("beside a process keeping every core busy" if args.busy else "alone on the machine")
     real = f"{args.images} CIFAR-10 test images" if images is not None else f"(no images found under {CIFAR})"
     print(f"real images: {real}\n")
     print(

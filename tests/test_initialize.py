@@ -312,3 +312,23 @@ def test_every_head_reaches_the_target_on_the_papers_256_token_grid():
         assert model.patch_embed.grid_size == (16, 16)
         norms[name] = _first_layer_qk_norm(model)
     assert norms["sincos"] < 1.5 * norms["learned"], norms
+
+
+def test_the_init_runs_on_one_torch_thread_and_its_weights_do_not_depend_on_the_thread_count(make_vit):
+    """Its factorisations run single-threaded side by side (parallel_map), which survives a busy
+    machine; so the weights are the same whatever torch's thread count, which comes back unchanged."""
+    before = torch.get_num_threads()
+    states = []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            for method in ("mimetic", "impulse"):
+                torch.manual_seed(0)
+                model = make_vit()
+                structinit.initialize(model, method, seed=5)
+                assert torch.get_num_threads() == threads
+                states.append(model.state_dict())
+    finally:
+        torch.set_num_threads(before)
+    for one, two in zip(states[:2], states[2:]):
+        assert all(torch.equal(one[k], two[k]) for k in one)

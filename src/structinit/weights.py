@@ -38,9 +38,14 @@ def write_heads(weight: torch.Tensor, factors: torch.Tensor) -> None:
 
 def write_value_proj(layer: AttentionLayer, alpha: float, beta: float, sample: Callable) -> None:
     """W_v^T W_proj^T = alpha Z - beta I (x -> x W_v^T W_proj^T is the value path), balanced by SVD."""
-    wv, wproj = layer.value_weights()
-    dim = wv.shape[1]
+    dim = layer.value_weights()[0].shape[1]
     target = alpha * sample(1, dim)[0] - beta * torch.eye(dim)
-    left, right = balanced_factors(target, rank=wv.shape[0])  # left right^T ~= target
+    rank = layer.value_weights()[0].shape[0]
+    write_value_factors(layer, *balanced_factors(target, rank=rank))  # left right^T ~= target
+
+
+def write_value_factors(layer: AttentionLayer, left: torch.Tensor, right: torch.Tensor) -> None:
+    """W_v = left^T, W_proj = right: the value path x W_v^T W_proj^T = x left right^T."""
+    wv, wproj = layer.value_weights()
     wv.copy_(left.T.to(wv.dtype))
     wproj.copy_(right.to(wproj.dtype))
