@@ -23,10 +23,10 @@ def check_loggers(names: list[str]) -> None:
 
 
 class Loggers:
-    """The loggers `names` of the run in `out`, which starts after epoch `start` (0: a fresh run)."""
+    """The loggers `names` (checked by TrainConfig) of the run in `out`, which starts after epoch `start`
+    (0: a fresh run)."""
 
     def __init__(self, names: list[str], out: Path, settings: dict[str, Any], start: int) -> None:
-        check_loggers(names)
         self.writer = self.wandb_run = None
         if "tensorboard" in names:
             from torch.utils.tensorboard import SummaryWriter  # needs tensorboard: pip install 'structinit[log]'

@@ -103,10 +103,30 @@ def _check(what: str, f: Any, value: Any) -> None:
             raise ValueError(f"{f.name} must be {valid}{none}{why}, got {value!r}")
 
 
-ASSIGNMENT = (
-    "which head gets which offset of the f x f kernel: random (seeded, every offset once before any repeats) "
-    "or ordered (the authors': centre, neighbours, diagonals)"
-)
+# options that several methods take, each defined here once (a dataclass field cannot be shared)
+
+
+def assignment() -> Any:
+    return option(
+        "random",
+        "which head gets which offset of the f x f kernel: random (seeded, every offset once before any repeats) "
+        "or ordered (the authors': centre, neighbours, diagonals)",
+        choices=("random", "ordered"),
+    )
+
+
+def target_fidelity() -> Any:
+    return option(
+        0.98, "share of each query's attention on its target key at init", low=0, high=1, low_open=True, high_open=True
+    )
+
+
+def vproj_alpha() -> Any:
+    return option(0.4, "weight of Z in W_v W_proj = vproj_alpha Z - vproj_beta I")
+
+
+def vproj_beta() -> Any:
+    return option(0.4, "weight of the identity subtracted in W_v W_proj")
 
 
 @dataclass(frozen=True)
@@ -123,8 +143,8 @@ class MimeticOptions(MethodOptions):
     method: ClassVar[str | None] = "mimetic"
     qk_alpha: float = option(0.7, "weight of the random matrix Z in W_q W_k^T")
     qk_beta: float = option(0.7, "weight of the identity in W_q W_k^T")
-    vproj_alpha: float = option(0.4, "weight of Z in W_v W_proj")
-    vproj_beta: float = option(0.4, "weight of the identity subtracted in W_v W_proj")
+    vproj_alpha: float = vproj_alpha()
+    vproj_beta: float = vproj_beta()
     distribution: str = option(
         "uniform", "entries of Z, variance 1/D: uniform (the authors' code) or normal", choices=("uniform", "normal")
     )
@@ -136,16 +156,14 @@ class ImpulseOptions(MethodOptions):
 
     what: ClassVar[str] = "the impulse init"
     method: ClassVar[str | None] = "impulse"
-    assignment: str = option("random", ASSIGNMENT, choices=("random", "ordered"))
+    assignment: str = assignment()
     solver: str = option(
         "closed_form",
         "closed_form: nearly orthogonal key codes at the gain that meets target_fidelity; refine: then Adam on the "
         "paper's softmax-MSE objective; authors: the authors' least-squares solver, for comparison",
         choices=("closed_form", "refine", "authors"),
     )
-    target_fidelity: float = option(
-        0.98, "share of each query's attention on its target key at init", low=0, high=1, low_open=True, high_open=True
-    )
+    target_fidelity: float = target_fidelity()
     pseudo_input: str = option(
         "pos_embed",
         "what Q and K are solved on: the prefix tokens plus position embedding, uniform or gaussian noise, or "
@@ -166,8 +184,8 @@ class ImpulseOptions(MethodOptions):
     vproj: str = option(
         "mimetic", "W_v W_proj: mimetic (vproj_alpha Z - vproj_beta I) or keep the model's", choices=("mimetic", "keep")
     )
-    vproj_alpha: float = option(0.4, "vproj=mimetic: weight of Z")
-    vproj_beta: float = option(0.4, "vproj=mimetic: weight of the identity subtracted")
+    vproj_alpha: float = vproj_alpha()  # with vproj=mimetic
+    vproj_beta: float = vproj_beta()
     refine_steps: int = option(100, "solver=refine: Adam steps", low=0)
     refine_lr: float = option(0.01, "solver=refine: relative step size", low=0, low_open=True)
     qk_scale: float = option(7.0, "solver=authors: their Q/K scale", low=0, low_open=True)
@@ -189,12 +207,10 @@ class SwinImpulseOptions(MethodOptions):
 
     what: ClassVar[str] = "Swin's impulse init"
     method: ClassVar[str | None] = "impulse"
-    assignment: str = option("random", ASSIGNMENT, choices=("random", "ordered"))
-    target_fidelity: float = option(
-        0.98, "share of each query's attention on its target key at init", low=0, high=1, low_open=True, high_open=True
-    )
-    vproj_alpha: float = option(0.4, "weight of Z in W_v W_proj")
-    vproj_beta: float = option(0.4, "weight of the identity subtracted in W_v W_proj")
+    assignment: str = assignment()
+    target_fidelity: float = target_fidelity()
+    vproj_alpha: float = vproj_alpha()
+    vproj_beta: float = vproj_beta()
 
 
 @dataclass(frozen=True)
@@ -203,7 +219,7 @@ class MixerImpulseOptions(MethodOptions):
 
     what: ClassVar[str] = "Mixer's impulse init"
     method: ClassVar[str | None] = "impulse"
-    assignment: str = option("random", ASSIGNMENT, choices=("random", "ordered"))
+    assignment: str = assignment()
     unit_bias: float = option(
         3.0,
         "bias of the routing units",

@@ -457,14 +457,14 @@ def option_classes(method: str) -> list[type[MethodOptions]]:
 def check_options(method: str, options: dict[str, Any]) -> None:
     """Fail now, by name, on options that no family's `method` takes (an init label, before a grid
     starts); the model's own family checks them again when it is initialised."""
-    errors: list[Exception] = []
-    for cls in option_classes(method):
+    classes, errors = option_classes(method), []
+    for cls in classes:
         try:
             cls.build(method, options)
             return
         except (TypeError, ValueError) as error:
             errors.append(error)
-    known = sorted({f for cls in option_classes(method) for f in cls.__dataclass_fields__})
+    known = sorted({f for cls in classes for f in cls.__dataclass_fields__})
     unknown = sorted(set(options) - set(known))
     if unknown:
         listed = ", ".join(known) or "none"

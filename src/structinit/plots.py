@@ -14,6 +14,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
+from .experiments import CELL_KEYS  # the cells of results.md: tables and figures split rows alike
+
 # one colour per init label in every figure, whatever else the grid holds; other labels (with
 # options) take a colour from their own text, so they too keep it from figure to figure
 INIT_COLOURS = {
@@ -37,10 +39,9 @@ def init_colour(label: str) -> str:
 def cells(rows: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
     """The rows split into comparable cells (the same data, model, size, epochs, split and recipe:
     only init and seed differ), each with a title; a figure never averages across cells."""
-    keys = ("dataset", "model", "heads", "per_class", "epochs", "split", "recipe")
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
-        groups.setdefault(tuple(str(row.get(k, "")) for k in keys), []).append(row)
+        groups.setdefault(tuple(str(row.get(k, "")) for k in CELL_KEYS), []).append(row)
     several_recipes = len({key[-1] for key in groups}) > 1
     result = []
     for key, members in sorted(groups.items()):
