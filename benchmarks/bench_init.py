@@ -6,10 +6,10 @@ CIFAR-10 test images resized to the model's input (first layer, mean and worst h
 mean attention mass on the head's assigned offset (impulse) or on its best offset of the 3x3 kernel
 (other methods). Prints a markdown table.
 
-    .venv/bin/python benchmarks/bench_init.py                      # every model, ~2 minutes on 2 cores
+    .venv/bin/python benchmarks/bench_init.py                      # every model, ~8 minutes on 2 cores
     .venv/bin/python benchmarks/bench_init.py --models vit_base_patch16_224 --repeats 5
     .venv/bin/python benchmarks/bench_init.py --models vit_base_patch16_224 --methods timm mimetic \
-        "impulse (closed form)" --images 0 --busy          # beside a process that keeps every core busy
+        "impulse (closed form)" --busy        # alone, then beside a process that keeps every core busy
 """
 
 from __future__ import annotations
@@ -97,16 +97,10 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per model and method (median)")
     parser.add_argument("--images", type=int, default=64, help="CIFAR-10 test images for the real-image column")
     parser.add_argument(
-        "--busy", action="store_true", help="time the inits beside another process that keeps every core busy"
+        "--busy", action="store_true", help="time each init alone, then beside a process that keeps every core busy"
     )
     args = parser.parse_args()
-    if args.busy:
-        busy = start_busy_process()
-        try:
-            return run(args)
-        finally:
-            busy.kill()
-    return run(args)
+    return contention(args) if args.busy else run(args)
 
 
 def start_busy_process() -> subprocess.Popen:
@@ -120,15 +114,48 @@ def start_busy_process() -> subprocess.Popen:
     return busy
 
 
-def run(args: argparse.Namespace) -> int:
-
-    torch.manual_seed(0)
-    images = load_images(args.images)
+def header() -> None:
     print(f"# structinit {structinit.__version__} init benchmark")
     cpu = cpu_model()
     print(f"machine: {cpu}, {torch.get_num_threads()} threads, torch {torch.__version__}, timm {timm.__version__}")
     print(f"command: {' '.join([Path(sys.executable).name, *sys.argv])}")
-    print("beside a process keeping every core busy" if args.busy else "alone on the machine")
+
+
+def init_seconds(
+    arch: str, kwargs: dict, method: str, options: dict, repeats: int
+) -> tuple[float, structinit.Report, torch.nn.Module]:
+    """Median time of `structinit.initialize` over `repeats` fresh models (creation excluded), last report, model."""
+    times = []
+    for repeat in range(repeats):
+        model = timm.create_model(arch, **kwargs)
+        start = time.perf_counter()
+        report = structinit.initialize(model, method, seed=repeat, **options)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), report, model
+
+
+def contention(args: argparse.Namespace) -> int:
+    """Each init alone, then beside a process that keeps every core busy (a grid's other runs)."""
+    header()
+    print("\n| model | method | alone (s) | beside a busy process (s) | ratio |\n|---|---|---|---|---|")
+    cells = [(model, method) for model in args.models for method in args.methods]
+    alone = {cell: init_seconds(*MODELS[cell[0]], *METHODS[cell[1]], args.repeats)[0] for cell in cells}
+    busy_process = start_busy_process()
+    try:
+        busy = {cell: init_seconds(*MODELS[cell[0]], *METHODS[cell[1]], args.repeats)[0] for cell in cells}
+    finally:
+        busy_process.kill()
+        busy_process.wait()
+    for model, method in cells:
+        a, b = alone[model, method], busy[model, method]
+        print(f"| {model} | {method} | {a:.3f} | {b:.3f} | {b / a:.2f}x |")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    torch.manual_seed(0)
+    images = load_images(args.images)
+    header()
     real = f"{args.images} CIFAR-10 test images" if images is not None else f"(no images found under {CIFAR})"
     print(f"real images: {real}\n")
     print(
@@ -138,20 +165,14 @@ def run(args: argparse.Namespace) -> int:
     for model_name in args.models:
         arch, kwargs = MODELS[model_name]
         for method_name in args.methods:
-            method, options = METHODS[method_name]
-            times = []
-            for repeat in range(args.repeats):
-                model = timm.create_model(arch, **kwargs)
-                start = time.perf_counter()
-                report = structinit.initialize(model, method, seed=repeat, **options)
-                times.append(time.perf_counter() - start)
+            seconds, report, model = init_seconds(arch, kwargs, *METHODS[method_name], args.repeats)
             attn = model.blocks[0].attn
             real_cell = "-"
             if images is not None:
                 mean, worst = first_layer_fidelity(model, prepare(images, model), report)
                 real_cell = f"{mean:.3f} ({worst:.3f})"
             print(
-                f"| {model_name} | {attn.num_heads} x {attn.head_dim} | {method_name} | {statistics.median(times):.3f} "
+                f"| {model_name} | {attn.num_heads} x {attn.head_dim} | {method_name} | {seconds:.3f} "
                 f"| {report.mean_fidelity:.3f} ({report.min_fidelity:.3f}) | {real_cell} |",
                 flush=True,
             )
