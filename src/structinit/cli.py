@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .launch import CLUSTERS, Cluster
 from .methods import METHODS
 from .models import PRESETS
 from .options import DEFAULT, KERNEL_SIZE, VARIANTS, parse_assignments, parse_init, split_top_level
+from .rundir import flag
 
 # `train --filters`, for ConvMixer: the init label each choice stands for
 FILTERS = {
@@ -93,6 +95,22 @@ def build_parser() -> argparse.ArgumentParser:
     grid.add_argument(
         "--rerun", action="store_true", help="train again (from scratch) run directories made with another recipe"
     )
+    jobs = grid.add_argument_group("cluster jobs (through submitit: pip install 'structinit[cluster]')")
+    jobs.add_argument(
+        "--cluster",
+        choices=CLUSTERS,
+        help="each run a job: a SLURM job array (resumed from its checkpoint when requeued), or local processes "
+        "to try the set-up; this command waits for them (job scripts and logs in OUT/jobs); --parallel K: at "
+        "most K jobs at once",
+    )
+    jobs.add_argument("--partition", help="SLURM partition")
+    jobs.add_argument("--timeout-min", type=int, default=24 * 60, metavar="M", help="time limit per run (minutes)")
+    jobs.add_argument("--gpus-per-run", type=int, metavar="G", help="GPUs per job (default: 1 on slurm, 0 local)")
+    jobs.add_argument(
+        "--cpus-per-run", type=int, metavar="C", help="CPUs per job, its torch threads (default: 8 on slurm, 1 local)"
+    )
+    jobs.add_argument("--mem-gb", type=float, help="memory per job (GB)")
+    jobs.add_argument("--slurm-args", metavar="K=V,...", help="more #SBATCH settings, e.g. account=abc,qos=high")
 
     attention = commands.add_parser("attention", help="PNG of the attention maps per layer and head")
     add_target_arguments(attention, images=64, out="attention.png")
@@ -340,11 +358,40 @@ def run_compare(args: argparse.Namespace) -> int:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
     seeds = int_list(args.seeds, "--seeds")
     rows = compare(
-        base, inits, seeds, per_class, args.out, parallel=args.parallel, rerun=args.rerun, threads=args.threads
+        base,
+        inits,
+        seeds,
+        per_class,
+        args.out,
+        parallel=args.parallel,
+        rerun=args.rerun,
+        threads=args.threads,
+        cluster=cluster_of(args),
     )
     print((Path(args.out) / "results.md").read_text(), end="")
     print(f"{len(rows)} runs; results.csv, results.md, curves.png and summary.png in {args.out}")
     return 0
+
+
+def cluster_of(args: argparse.Namespace) -> Cluster | None:
+    """The --cluster settings, or None (and an error for cluster settings given without --cluster)."""
+    settings = ("partition", "gpus_per_run", "cpus_per_run", "mem_gb", "slurm_args")
+    if args.cluster is None:
+        given = [flag(name) for name in settings if getattr(args, name) is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} only apply to cluster jobs: add --cluster slurm (or local)")
+        return None
+    slurm = args.cluster == "slurm"
+    return Cluster(
+        kind=args.cluster,
+        partition=args.partition,
+        timeout_min=args.timeout_min,
+        gpus_per_run=args.gpus_per_run if args.gpus_per_run is not None else int(slurm),
+        cpus_per_run=args.cpus_per_run if args.cpus_per_run is not None else (8 if slurm else 1),
+        mem_gb=args.mem_gb,
+        parallel=args.parallel if args.parallel > 1 else None,
+        slurm_args={k: str(v) for k, v in parse_assignments(args.slurm_args, "--slurm-args").items()},
+    )
 
 
 def target_arguments(args: argparse.Namespace) -> dict[str, Any]:

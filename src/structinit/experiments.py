@@ -1,7 +1,8 @@
 """Experiment grids: the same model and recipe, only the init (and seed, and data size) differ.
 
 `compare` runs every (setting, init, seed) into its own run directory, skips finished runs and
-resumes interrupted ones (`parallel` at a time, each in its own process), then writes results.csv
+resumes interrupted ones (`parallel` at a time, each in its own process, or as cluster jobs through
+submitit: launch.py), then writes results.csv
 (one row per run), results.md (mean ± std per init and setting, with the gain over timm), curves.png
 and summary.png.
 Rows carry the best top-1 of the run's curve and its time to accuracy: the epochs it needed to reach
@@ -26,6 +27,7 @@ from typing import Any
 import torch
 
 from .data import parse_spec
+from .launch import Cluster, run_on_cluster
 from .rundir import MetricsLog, RunError, RunLock, config_hash, flag, identity
 from .train import TrainConfig, read_config, train
 
@@ -75,9 +77,11 @@ def compare(
     parallel: int = 1,
     rerun: bool = False,
     threads: int | None = None,
+    cluster: Cluster | None = None,
 ) -> list[dict[str, Any]]:
     """Run the grid (finished runs are skipped, interrupted ones resumed, `rerun`: runs made with
-    another recipe are trained again instead of refused) and write the results."""
+    another recipe are trained again instead of refused; `cluster`: each run a job, see run_configs)
+    and write the results."""
     out = Path(out)
     configs = [
         dataclasses.replace(base, init=init, seed=seed, per_class=pc, out=str(run_dir(out, pc, init, seed)))
@@ -85,7 +89,7 @@ def compare(
         for init in inits
         for seed in seeds
     ]
-    run_configs(configs, parallel, root=out, rerun=rerun, threads=threads)
+    run_configs(configs, parallel, root=out, rerun=rerun, threads=threads, cluster=cluster)
     rows = collect(out)
     write_results(rows, out)
     return rows
@@ -97,6 +101,7 @@ def run_configs(
     root: Path | None = None,
     rerun: bool = False,
     threads: int | None = None,
+    cluster: Cluster | None = None,
 ) -> None:
     """Train every config whose run directory has no summary.json (resuming those with a checkpoint).
 
@@ -108,11 +113,13 @@ def run_configs(
     among the runs at once); on a CPU a run's numbers depend on that count (reductions split across
     threads), so a grid repeats bit for bit, in parallel or not, at the same `threads` (tested). The
     first failure stops the grid; finished runs stay finished and interrupted ones resume on the next
-    call."""
+    call. `cluster`: each run is a job (a SLURM array, or local processes) submitted through
+    submitit, with its scripts and logs in ROOT/jobs; this call waits for them (`parallel` is then
+    ignored: `cluster.parallel` bounds the jobs at once) and `threads` defaults to cluster.cpus_per_run."""
     with RunLock(root, "grid") if root is not None else contextlib.nullcontext():
         for config in configs:
             _check_same_recipe(config, rerun)
-        _run_all(configs, parallel, threads, root)
+        _run_all(configs, parallel, threads, root, cluster)
 
 
 def _check_same_recipe(config: TrainConfig, rerun: bool) -> None:
@@ -132,23 +139,37 @@ def _check_same_recipe(config: TrainConfig, rerun: bool) -> None:
     raise RunError(f"{config.out} was made with {listed}: use another --out, or --rerun to train it again")
 
 
-def _run_all(configs: list[TrainConfig], parallel: int, threads: int | None, root: Path | None) -> None:
+def _run_all(
+    configs: list[TrainConfig], parallel: int, threads: int | None, root: Path | None, cluster: Cluster | None
+) -> None:
     todo = [c for c in configs if not (Path(c.out) / "summary.json").exists()]
     todo = [dataclasses.replace(c, resume=(Path(c.out) / "last.pt").exists()) for c in todo]
-    threads = threads or max(1, (os.cpu_count() or 1) // parallel)
-    todo = _spread_over_gpus(todo)
     quiet = all(c.quiet for c in todo)
 
-    def name(config: TrainConfig) -> str:
-        return str(Path(config.out).relative_to(root)) if root else config.out
+    def finished(config: TrainConfig, summary: dict[str, Any]) -> str:
+        run = Path(config.out).relative_to(root) if root else config.out
+        return f"{run}: {config.eval_split} top-1 {summary[f'{config.eval_split}_top1']:.2f}"
 
+    if cluster is not None:
+        if not todo:
+            return
+        folder = (root or Path(todo[0].out).parent) / "jobs"
+        progress = _GridProgress(todo, disable=quiet)
+        try:
+            run_on_cluster(todo, cluster, folder, threads, lambda c, s: progress.write(finished(c, s)), progress.update)
+        finally:
+            progress.close()
+        return
+    threads = threads or max(1, (os.cpu_count() or 1) // parallel)
+    todo = _spread_over_gpus(todo)
     if parallel <= 1:
         before = torch.get_num_threads()
         torch.set_num_threads(threads)
         try:
             for i, config in enumerate(todo, 1):
                 if not quiet:
-                    print(f"[{i}/{len(todo)}] {name(config)}", flush=True)
+                    name = Path(config.out).relative_to(root) if root else config.out
+                    print(f"[{i}/{len(todo)}] {name}", flush=True)
                 train(config)
         finally:
             torch.set_num_threads(before)
@@ -166,9 +187,7 @@ def _run_all(configs: list[TrainConfig], parallel: int, threads: int | None, roo
                         other.cancel()
                     progress.close()
                     raise future.exception()
-                split = futures[future].eval_split
-                top1 = future.result()[f"{split}_top1"]
-                progress.write(f"{name(futures[future])}: {split} top-1 {top1:.2f}")
+                progress.write(finished(futures[future], future.result()))
             progress.update()
     progress.close()
 

@@ -1,0 +1,125 @@
+"""A grid's runs as cluster jobs, through submitit: SLURM, or `local` processes to try a set-up.
+
+Why submitit: it is how timm, DeiT and ConvNeXt users send training to SLURM, and it already does the
+job scripts, job arrays, logs, and requeueing on timeout or preemption. structinit only says what one
+job is: train one run, and when SLURM stops it, be requeued to resume from the run's last checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .rundir import RunError
+
+if TYPE_CHECKING:
+    from .train import TrainConfig
+
+CLUSTERS = ("slurm", "local")
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """Where and with what each run of a grid is a job. `parallel`: at most that many jobs at once
+    (a SLURM array's %K; None: as the scheduler allows). `slurm_args`: further #SBATCH settings, such
+    as {"account": "abc", "qos": "high", "constraint": "a100"}."""
+
+    kind: str = "slurm"
+    partition: str | None = None
+    timeout_min: int = 24 * 60
+    gpus_per_run: int = 1
+    cpus_per_run: int = 8
+    mem_gb: float | None = None
+    parallel: int | None = None
+    slurm_args: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in CLUSTERS:
+            raise ValueError(f"cluster must be one of {', '.join(CLUSTERS)}, got {self.kind!r}")
+        for name in ("timeout_min", "cpus_per_run"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.gpus_per_run < 0:
+            raise ValueError(f"gpus_per_run must be 0 or more, got {self.gpus_per_run}")
+        if self.parallel is not None and self.parallel < 1:
+            raise ValueError(f"parallel must be at least 1, got {self.parallel}")
+
+    def executor(self, folder: Path) -> Any:
+        """A submitit executor for these settings, writing job scripts and logs under `folder`."""
+        try:
+            import submitit
+        except ImportError:
+            raise RunError("--cluster needs submitit: pip install 'structinit[cluster]'") from None
+        executor = submitit.AutoExecutor(folder, cluster=self.kind)
+        parameters: dict[str, Any] = {
+            "name": "structinit",
+            "timeout_min": self.timeout_min,
+            "cpus_per_task": self.cpus_per_run,
+            "gpus_per_node": self.gpus_per_run,
+            "tasks_per_node": 1,
+            "nodes": 1,
+        }
+        if self.mem_gb is not None:
+            parameters["mem_gb"] = self.mem_gb
+        if self.kind == "slurm":
+            parameters["slurm_partition"] = self.partition
+            parameters["slurm_array_parallelism"] = self.parallel or 256  # submitit's default
+            parameters["slurm_additional_parameters"] = dict(self.slurm_args)
+            parameters = {k: v for k, v in parameters.items() if v is not None}
+        executor.update_parameters(**parameters)
+        return executor
+
+
+class TrainJob:
+    """One run as a job: train it on `threads` torch threads, resuming from its checkpoint if it has
+    one. When SLURM times the job out or preempts it, submitit calls `checkpoint` and requeues the
+    job, which then resumes from the run's last epoch."""
+
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+
+    def __call__(self, config: TrainConfig) -> dict[str, Any]:
+        from .train import train
+
+        torch.set_num_threads(self.threads)
+        resume = (Path(config.out) / "last.pt").exists()
+        return train(dataclasses.replace(config, resume=resume, quiet=True))
+
+    def checkpoint(self, config: TrainConfig) -> Any:
+        from submitit.helpers import DelayedSubmission
+
+        return DelayedSubmission(TrainJob(self.threads), config)
+
+
+def run_on_cluster(
+    configs: list[TrainConfig],
+    cluster: Cluster,
+    folder: Path,
+    threads: int | None,
+    on_done: Callable[[TrainConfig, dict[str, Any]], None],
+    poll: Callable[[], None] = lambda: None,
+) -> None:
+    """Submit every config as one job (a job array on SLURM), each training on `threads` torch threads
+    (default: its CPUs), and wait for them all, calling `on_done` as each finishes and `poll` between
+    checks. The first failed job stops the wait with its log
+    named; the jobs still queued or running carry on (their runs resume or skip on the next call)."""
+    executor = cluster.executor(folder)
+    jobs = executor.map_array(TrainJob(threads or cluster.cpus_per_run), configs)
+    pending = dict(zip(jobs, configs))
+    while pending:
+        for job in [job for job in pending if job.done()]:
+            config = pending.pop(job)
+            error = job.exception()
+            if error is not None:
+                raise RunError(
+                    f"job {job.job_id} ({config.out}) failed; its log: {job.paths.stderr}\n{error}"
+                ) from None
+            on_done(config, job.result())
+        poll()
+        if pending:
+            time.sleep(1.0)
