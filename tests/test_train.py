@@ -40,7 +40,12 @@ def test_stopped_and_resumed_run_ends_bit_identical(tmp_path):
     assert json.loads((tmp_path / "part" / "summary.json").read_text())["finished"]
 
 
-def test_a_diverging_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+@pytest.mark.parametrize(("check_every", "good_steps", "step"), [(50, 5, 2), (3, 5, 2), (3, 7, 4), (1, 6, 3)])
+def test_a_diverging_loss_stops_the_run_and_keeps_the_last_good_checkpoint(
+    tmp_path, monkeypatch, check_every, good_steps, step
+):
+    """The losses are checked every `check_every` steps and at the epoch's end (4 steps here): the
+    message names the first step whose loss was not finite, whichever check finds it."""
     real = train_module.LabelSmoothingCrossEntropy
     calls = {"n": 0}
 
@@ -48,10 +53,12 @@ def test_a_diverging_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_p
         def forward(self, x, target):
             calls["n"] += 1
             loss = super().forward(x, target)
-            return loss * float("nan") if calls["n"] > 5 else loss  # 4 steps per epoch: dies in epoch 2
+            return loss * float("nan") if calls["n"] > good_steps else loss  # dies in epoch 2
 
     monkeypatch.setattr(train_module, "LabelSmoothingCrossEntropy", Diverging)
-    with pytest.raises(TrainingDiverged, match=r"the loss became nan at epoch 2, step 2; the last good checkpoint"):
+    monkeypatch.setattr(train_module, "FINITE_CHECK_STEPS", check_every)
+    message = rf"the loss became nan at epoch 2, step {step}; the last good checkpoint"
+    with pytest.raises(TrainingDiverged, match=message):
         train(TrainConfig(**FAST, epochs=3, out=str(tmp_path / "run")))
     assert torch.load(tmp_path / "run" / "last.pt", map_location="cpu", weights_only=False)["epoch"] == 1
 

@@ -46,6 +46,8 @@ from .provenance import ENVIRONMENT, environment
 from .report import Report
 from .rundir import MetricsLog, RunError, RunLock, atomic_write_text, flag, resume_changes
 
+# steps between checks that the losses are finite (each check waits for the device)
+FINITE_CHECK_STEPS = 50
 # (low, high, low excluded, high excluded) of every numeric setting; high None: unbounded
 LIMITS: dict[str, tuple[float, float | None, bool, bool]] = {
     "per_class": (1, None, False, False),
@@ -486,10 +488,16 @@ class Run:
         self.model.train()
         started = time.perf_counter()
         total_loss, seen = torch.zeros((), device=self.device), 0
+        losses, checked, done = torch.empty(self.steps_per_epoch, device=self.device), 0, 0
         for step, (images, labels) in enumerate(self.batches(epoch, generator)):
-            loss = self.train_step(images, labels, epoch, step)
-            total_loss += loss.detach() * len(images)
-            seen += len(images)
+            loss = self.train_step(images, labels, epoch, step).detach()
+            losses[step] = loss
+            total_loss += loss * len(images)
+            seen, done = seen + len(images), step + 1
+            if done % FINITE_CHECK_STEPS == 0:
+                self.check_losses(losses[checked:done], epoch, checked)
+                checked = done
+        self.check_losses(losses[checked:done], epoch, checked)
         seconds = time.perf_counter() - started
         metrics: dict[str, Any] = {
             "epoch": epoch + 1,
@@ -535,10 +543,6 @@ class Run:
     def train_step(self, images: torch.Tensor, labels: torch.Tensor, epoch: int, step: int) -> torch.Tensor:
         with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
             loss = self.criterion(self.forward(images), labels)
-        if not torch.isfinite(loss):
-            raise TrainingDiverged(
-                self.diverged(f"the loss became {loss.item()} at epoch {epoch + 1}, step {step + 1}")
-            )
         self.optimizer.zero_grad(set_to_none=True)
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
@@ -576,6 +580,16 @@ class Run:
         return _evaluate(model, batches(), self.device, world, self.amp_dtype, split)
 
     # --- checkpoints ------------------------------------------------------------------------------
+
+    def check_losses(self, losses: torch.Tensor, epoch: int, first: int) -> None:
+        """Stop at the first loss (of steps first, first + 1, ...) that is not finite. Checked every
+        FINITE_CHECK_STEPS steps rather than at each: reading a value off a GPU makes the host wait for
+        it, and a small model's steps are short enough that the wait would stall the launch queue."""
+        bad = (~torch.isfinite(losses)).nonzero()
+        if len(bad):
+            step = first + int(bad[0])
+            value = losses[step - first].item()
+            raise TrainingDiverged(self.diverged(f"the loss became {value} at epoch {epoch + 1}, step {step + 1}"))
 
     def check_good(self, metrics: dict[str, Any]) -> None:
         """Weights that are not finite, or an evaluation loss that is not, never become a checkpoint."""
