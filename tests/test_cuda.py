@@ -19,8 +19,10 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GP
 
 
 def tag_as_cuda(path, monkeypatch):
-    """Rewrite a checkpoint as a CUDA machine writes it: every storage tagged cuda:0."""
+    """Rewrite a checkpoint as a CUDA machine writes it: every storage tagged cuda:0, AdamW fused."""
     state = torch.load(path, map_location="cpu", weights_only=True)
+    for group in state["optimizer"]["param_groups"]:
+        group.update(fused=True, foreach=False)
     with monkeypatch.context() as patch:
         patch.setattr(torch.serialization, "location_tag", lambda storage: "cuda:0")
         torch.save(state, path)
@@ -37,6 +39,10 @@ def test_a_checkpoint_written_on_a_gpu_opens_on_a_cpu(tmp_path, monkeypatch, cap
     assert main(["rank", str(run), "--images", "8", "--out", str(tmp_path / "r.png")]) == 0
     assert main(["train", "--resume", "--out", str(run), "--epochs", "2", "--device", "cpu", "--quiet"]) == 0
     assert [r["epoch"] for r in MetricsLog(run).epochs()] == [1, 2]
+    # the resumed epoch ran the CPU's AdamW, not the fused kernel the GPU's checkpoint names
+    assert main(["train", *FLAGS, "--epochs", "2", "--out", str(tmp_path / "whole")]) == 0
+    resumed, whole = (torch.load(r / "last.pt", weights_only=True)["model"] for r in (run, tmp_path / "whole"))
+    assert all(torch.equal(resumed[k], whole[k]) for k in whole)
 
 
 @cuda
@@ -46,6 +52,14 @@ def test_a_run_trains_on_cuda_and_resumes_on_the_cpu(tmp_path):
     assert torch.load(run / "last.pt", map_location="cpu", weights_only=True)["epoch"] == 1
     assert main(["train", "--resume", "--out", str(run), "--device", "cpu", "--quiet"]) == 0
     assert json.loads((run / "summary.json").read_text())["finished"]
+
+
+@cuda
+def test_adamw_runs_its_fused_kernel_on_cuda(tmp_path):
+    run = tmp_path / "run"
+    assert main(["train", *FLAGS, "--epochs", "1", "--device", "cuda", "--out", str(run)]) == 0
+    groups = torch.load(run / "last.pt", map_location="cpu", weights_only=True)["optimizer"]["param_groups"]
+    assert all(group["fused"] for group in groups)
 
 
 @cuda

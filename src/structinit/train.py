@@ -416,7 +416,9 @@ class Run:
             raise ValueError(
                 f"--batch-size {config.batch_size} exceeds the {len(self.data.train_labels)} training images"
             )
-        self.optimizer = create_optimizer_v2(self.model, "adamw", lr=config.lr, weight_decay=config.weight_decay)
+        self.optimizer = create_optimizer_v2(
+            self.model, "adamw", lr=config.lr, weight_decay=config.weight_decay, **self.adamw_kernel()
+        )
         self.ema = ModelEmaV3(self.model, decay=config.ema_decay) if config.ema_decay else None
         self.scaler = torch.amp.GradScaler(device.type) if self.amp_dtype == torch.float16 else None
         mixing = config.mixup > 0 or config.cutmix > 0
@@ -463,6 +465,7 @@ class Run:
                 save_snapshot(self.model, self.out, 0)
         for group in self.optimizer.param_groups:
             group["initial_lr"] = self.config.lr
+            group.update(self.adamw_kernel())  # this device's, not the one the checkpoint was written on
         config, steps = self.config, self.steps_per_epoch
         self.scheduler = CosineLRScheduler(
             self.optimizer,
@@ -475,6 +478,12 @@ class Run:
         if start:
             self.scheduler.step_update(start * steps)
         return start
+
+    def adamw_kernel(self) -> dict[str, bool | None]:
+        """AdamW's fused kernel on CUDA (one launch for every parameter instead of several per tensor:
+        the optimiser step of a small model is launch-bound); torch's default (foreach) elsewhere."""
+        fused = self.device.type == "cuda"
+        return {"fused": True if fused else None, "foreach": False if fused else None}
 
     # --- an epoch ---------------------------------------------------------------------------------
 
