@@ -1,3 +1,4 @@
+import csv
 import importlib.util
 import sys
 from pathlib import Path
@@ -49,3 +50,19 @@ def load_benchmark(name):
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def grid_rows(grid):
+    """A grid's results.csv rows without the clock (secs): what two equal grids share."""
+    with open(Path(grid) / "results.csv") as f:
+        return [{k: v for k, v in row.items() if k != "secs"} for row in csv.DictReader(f)]
+
+
+def assert_same_final_weights(grid, other):
+    """Every run of `grid` ended with the weights of the same run in `other`."""
+    runs = list(Path(grid).glob("per_class_*/*"))
+    assert runs
+    for run in runs:
+        a = torch.load(run / "last.pt", map_location="cpu", weights_only=True)["model"]
+        b = torch.load(Path(other) / run.relative_to(grid) / "last.pt", map_location="cpu", weights_only=True)["model"]
+        assert all(torch.equal(a[k], b[k]) for k in a), run.name

@@ -8,7 +8,7 @@ import torch
 import yaml
 
 import structinit
-from conftest import load_benchmark, make_imagefolder
+from conftest import assert_same_final_weights, grid_rows, load_benchmark, make_imagefolder
 from structinit.cli import main
 from structinit.data import load_data, stratified_split, stratified_subset
 from structinit.experiments import epochs_to_reach, results_markdown, time_to_accuracy
@@ -121,17 +121,8 @@ def test_a_parallel_grid_gives_the_rows_of_a_sequential_one_bit_for_bit(tmp_path
     out = capsys.readouterr().out
     assert "4 runs; results.csv" in out
 
-    def table(grid):
-        with open(tmp_path / grid / "results.csv") as f:
-            return [{k: v for k, v in r.items() if k != "secs"} for r in csv.DictReader(f)]
-
-    assert table("par") == table("seq") and len(table("par")) == 4
-    for run in (tmp_path / "seq").glob("*/*"):
-        a = torch.load(run / "last.pt", map_location="cpu", weights_only=True)["model"]
-        b = torch.load(
-            tmp_path / "par" / run.relative_to(tmp_path / "seq") / "last.pt", map_location="cpu", weights_only=True
-        )["model"]
-        assert all(torch.equal(a[k], b[k]) for k in a), run.name
+    assert grid_rows(tmp_path / "par") == grid_rows(tmp_path / "seq") and len(grid_rows(tmp_path / "par")) == 4
+    assert_same_final_weights(tmp_path / "seq", tmp_path / "par")
 
 
 def test_vproj_keep_leaves_value_and_projection_as_they_were(make_vit):

@@ -1,5 +1,3 @@
-import statistics
-import time
 import warnings
 
 import pytest
@@ -342,18 +340,14 @@ def test_the_inits_of_vit_s_stay_within_4x_of_their_time_alone_beside_a_busy_pro
     single-threaded ops side by side, 1.1x (mimetic 1.7x: both processes share the cores). 4x is a
     generous bound for timing on a shared machine; benchmarks/bench_init.py --busy has the figures."""
 
+    bench = load_benchmark("bench_init")
+
     def seconds(method):
-        times = []
-        for seed in range(3):
-            model = timm.create_model("vit_small_patch16_224")
-            start = time.perf_counter()
-            structinit.initialize(model, method, seed=seed)
-            times.append(time.perf_counter() - start)
-        return statistics.median(times)
+        return bench.init_seconds("vit_small_patch16_224", {}, method, {}, repeats=3)[0]
 
     methods = ("impulse", "mimetic")
     alone = {method: seconds(method) for method in methods}
-    busy_process = load_benchmark("bench_init").start_busy_process()
+    busy_process = bench.start_busy_process()
     try:
         busy = {method: seconds(method) for method in methods}
     finally:

@@ -1,13 +1,13 @@
 """Grids as cluster jobs through submitit: local jobs give a sequential grid's rows, a requeued job
 resumes its run, the SLURM settings reach the job script, and bad settings fail in one line."""
 
-import csv
 import os
 import sys
 
 import pytest
 import torch
 
+from conftest import assert_same_final_weights, grid_rows
 from structinit.cli import main
 from structinit.launch import Cluster, TrainJob
 from structinit.rundir import RunError
@@ -20,19 +20,11 @@ GRID = ["compare", "--per-class", "10", "--model-kwargs", "depth=1", "--batch-si
 GRID += ["--inits", "timm,impulse", "--seeds", "0", "--quiet"]
 
 
-def rows(grid):
-    with open(grid / "results.csv") as f:
-        return [{k: v for k, v in row.items() if k != "secs"} for row in csv.DictReader(f)]
-
-
 def test_a_grid_of_local_jobs_gives_the_rows_and_weights_of_a_sequential_grid(tmp_path):
     assert main([*GRID, "--cluster", "local", "--cpus-per-run", "1", "--out", str(tmp_path / "jobs")]) == 0
     assert main([*GRID, "--threads", "1", "--out", str(tmp_path / "seq")]) == 0
-    assert rows(tmp_path / "jobs") == rows(tmp_path / "seq") and len(rows(tmp_path / "seq")) == 2
-    for run in (tmp_path / "seq").glob("per_class_10/*"):
-        a = torch.load(run / "last.pt", map_location="cpu", weights_only=True)["model"]
-        b = torch.load(tmp_path / "jobs" / run.relative_to(tmp_path / "seq") / "last.pt", weights_only=True)["model"]
-        assert all(torch.equal(a[k], b[k]) for k in a), run.name
+    assert grid_rows(tmp_path / "jobs") == grid_rows(tmp_path / "seq") and len(grid_rows(tmp_path / "seq")) == 2
+    assert_same_final_weights(tmp_path / "seq", tmp_path / "jobs")
     logs = list((tmp_path / "jobs" / "jobs").glob("*_log.out"))
     assert len(logs) == 2  # submitit's job logs, beside the runs
     # a second call finds every run finished and submits nothing

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from .data import parse_spec
-from .launch import Cluster, run_on_cluster
+from .launch import Cluster, TrainJob, run_on_cluster
 from .rundir import MetricsLog, RunError, RunLock, config_hash, flag, identity
 from .train import TrainConfig, read_config, train
 
@@ -146,9 +146,11 @@ def _run_all(
     todo = [dataclasses.replace(c, resume=(Path(c.out) / "last.pt").exists()) for c in todo]
     quiet = all(c.quiet for c in todo)
 
+    def name(config: TrainConfig) -> str:
+        return str(Path(config.out).relative_to(root)) if root else config.out
+
     def finished(config: TrainConfig, summary: dict[str, Any]) -> str:
-        run = Path(config.out).relative_to(root) if root else config.out
-        return f"{run}: {config.eval_split} top-1 {summary[f'{config.eval_split}_top1']:.2f}"
+        return f"{name(config)}: {config.eval_split} top-1 {summary[f'{config.eval_split}_top1']:.2f}"
 
     if cluster is not None:
         if not todo:
@@ -168,16 +170,15 @@ def _run_all(
         try:
             for i, config in enumerate(todo, 1):
                 if not quiet:
-                    name = Path(config.out).relative_to(root) if root else config.out
-                    print(f"[{i}/{len(todo)}] {name}", flush=True)
+                    print(f"[{i}/{len(todo)}] {name(config)}", flush=True)
                 train(config)
         finally:
             torch.set_num_threads(before)
         return
     context = multiprocessing.get_context("spawn")  # no forked torch thread pools
     progress = _GridProgress(todo, disable=quiet)
-    with ProcessPoolExecutor(parallel, mp_context=context, initializer=_limit_threads, initargs=(threads,)) as pool:
-        futures = {pool.submit(train, dataclasses.replace(c, quiet=True)): c for c in todo}
+    with ProcessPoolExecutor(parallel, mp_context=context) as pool:
+        futures = {pool.submit(TrainJob(threads), c): c for c in todo}
         pending = set(futures)
         while pending:
             done, pending = wait(pending, timeout=2, return_when=FIRST_COMPLETED)
@@ -226,10 +227,6 @@ def _spread_over_gpus(configs: list[TrainConfig]) -> list[TrainConfig]:
     return [
         dataclasses.replace(c, device=f"cuda:{i % count}") if c.device == "auto" else c for i, c in enumerate(configs)
     ]
-
-
-def _limit_threads(threads: int) -> None:
-    torch.set_num_threads(threads)
 
 
 def collect(out: Path) -> list[dict[str, Any]]:

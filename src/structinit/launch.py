@@ -76,9 +76,10 @@ class Cluster:
 
 
 class TrainJob:
-    """One run as a job: train it on `threads` torch threads, resuming from its checkpoint if it has
-    one. When SLURM times the job out or preempts it, submitit calls `checkpoint` and requeues the
-    job, which then resumes from the run's last epoch."""
+    """One run of a grid in a process of its own (a --parallel worker or a cluster job): train it on
+    `threads` torch threads, quietly, resuming from its checkpoint if it has one. When SLURM times the
+    job out or preempts it, submitit calls `checkpoint` and requeues the job, which then resumes from
+    the run's last epoch."""
 
     def __init__(self, threads: int) -> None:
         self.threads = threads
@@ -106,8 +107,8 @@ def run_on_cluster(
 ) -> None:
     """Submit every config as one job (a job array on SLURM), each training on `threads` torch threads
     (default: its CPUs), and wait for them all, calling `on_done` as each finishes and `poll` between
-    checks. The first failed job stops the wait with its log
-    named; the jobs still queued or running carry on (their runs resume or skip on the next call)."""
+    checks. The first failed job stops the wait with its log named; the jobs still queued or running
+    carry on (their runs resume or skip on the next call)."""
     executor = cluster.executor(folder)
     jobs = executor.map_array(TrainJob(threads or cluster.cpus_per_run), configs)
     pending = dict(zip(jobs, configs))

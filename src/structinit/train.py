@@ -596,9 +596,11 @@ class Run:
         it, and a small model's steps are short enough that the wait would stall the launch queue."""
         bad = (~torch.isfinite(losses)).nonzero()
         if len(bad):
-            step = first + int(bad[0])
-            value = losses[step - first].item()
-            raise TrainingDiverged(self.diverged(f"the loss became {value} at epoch {epoch + 1}, step {step + 1}"))
+            index = int(bad[0])
+            step = first + index + 1
+            raise TrainingDiverged(
+                self.diverged(f"the loss became {losses[index].item()} at epoch {epoch + 1}, step {step}")
+            )
 
     def check_good(self, metrics: dict[str, Any]) -> None:
         """Weights that are not finite, or an evaluation loss that is not, never become a checkpoint."""
