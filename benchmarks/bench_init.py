@@ -10,11 +10,14 @@ mean attention mass on the head's assigned offset (impulse) or on its best offse
     .venv/bin/python benchmarks/bench_init.py --models vit_base_patch16_224 --repeats 5
     .venv/bin/python benchmarks/bench_init.py --models vit_base_patch16_224 --methods timm mimetic \
         "impulse (closed form)" --busy        # alone, then beside a process that keeps every core busy
+    .venv/bin/python benchmarks/bench_init.py --models vit_small_patch16_224 --methods "impulse (closed form)" \
+        --busy --all-threads --repeats 1      # the same, with the init's ops on every thread as before 0.2
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import statistics
 import subprocess
@@ -27,6 +30,7 @@ import torch
 from PIL import Image
 
 import structinit
+from structinit import methods
 from structinit.provenance import cpu_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,7 +103,14 @@ def main() -> int:
     parser.add_argument(
         "--busy", action="store_true", help="time each init alone, then beside a process that keeps every core busy"
     )
+    parser.add_argument(
+        "--all-threads",
+        action="store_true",
+        help="the init's torch ops on every thread, as before 0.2 (with --busy: the stall one thread per op avoids)",
+    )
     args = parser.parse_args()
+    if args.all_threads:
+        methods.one_torch_thread = contextlib.nullcontext
     return contention(args) if args.busy else run(args)
 
 
