@@ -106,12 +106,20 @@ def test_initialize_goes_through_torch_compile_and_ddp_wrappers(tmp_path):
         ("vit_digits", None, {}, 8),
         ("vit_w96_d4_p4", None, {}, 32),
         ("vit_digits", 16, {}, 16),
-        ("vit_d6_p4", 32, {"img_size": 64}, 64),
+        ("vit_d6_p4", None, {"img_size": 64}, 64),
+        ("vit_d6_p4", 32, {"img_size": 32}, 32),
+        ("vit_d6_p4", 32, {"img_size": 64, "dynamic_img_size": True}, 64),
     ],
 )
 def test_presets_build_at_their_own_image_size_unless_data_or_a_flag_says_otherwise(name, data_size, kwargs, img_size):
     model = create_model(name, num_classes=10, in_chans=3, data_size=data_size, **kwargs)
     assert model.patch_embed.img_size == (img_size, img_size)
+
+
+def test_an_image_size_that_does_not_fit_the_in_memory_data_is_refused():
+    """Nothing resizes in-memory images: the model would fail on its first batch, deep in timm."""
+    with pytest.raises(ValueError, match="img_size=64 does not fit the 32 px images of the data"):
+        create_model("vit_d6_p4", num_classes=10, in_chans=3, data_size=32, img_size=64)
 
 
 def test_structinit_init_of_a_small_image_preset_is_quick(capsys):

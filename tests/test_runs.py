@@ -312,6 +312,10 @@ def _tiny_run(tmp_path: Path) -> Path:
         (["attention", "{run}", "--images", "0"], "--images must be >= 1, got 0"),
         (["attention", "{run}", "--images", "-5"], "--images must be >= 1, got -5"),
         (["attention", "{truncated}"], "is truncated or damaged"),
+        (
+            ["attention", "vit_tiny_patch16_224", "--model-kwargs", "img_size=32,patch_size=4"],
+            "img_size=32 does not fit the 8 px images of the data: leave img_size out",
+        ),
         (["train", "--resume", "--out", "{dir}/none"], "--resume: there is no run in"),
     ],
 )

@@ -8,7 +8,7 @@ from typing import Any
 
 import timm
 import torch
-from timm.layers import build_sincos2d_pos_embed
+from timm.layers import build_sincos2d_pos_embed, to_2tuple
 from timm.models.convmixer import ConvMixer
 from timm.models.mlp_mixer import MlpMixer
 from torch import nn
@@ -60,8 +60,14 @@ def create_model(
     options = {**preset_kwargs, **kwargs, "num_classes": num_classes, "in_chans": in_chans}
     if drop_path:
         options["drop_path_rate"] = drop_path
-    if data_size is not None and "img_size" not in kwargs and _takes_img_size(arch):
-        options["img_size"] = data_size
+    if data_size is not None and _takes_img_size(arch):
+        if "img_size" not in kwargs:
+            options["img_size"] = data_size
+        elif not kwargs.get("dynamic_img_size") and to_2tuple(kwargs["img_size"])[0] != data_size:
+            raise ValueError(
+                f"img_size={kwargs['img_size']} does not fit the {data_size} px images of the data: leave "
+                "img_size out (it follows in-memory data) or use data of that size"
+            )
     if callable(arch):
         return arch(**options)
     sincos = options.get("pos_embed") == "sincos"
