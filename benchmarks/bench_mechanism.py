@@ -178,6 +178,7 @@ def snapshot_measures(model: nn.Module, images: torch.Tensor, offsets: list[list
         )
         pos = model.pos_embed[0, prefix:]
         patches = adapter.patch_tokens(images)
+        pos_over_patch = float(pos.pow(2).mean().sqrt() / patches.pow(2).mean().sqrt())
         identity, ranks = [], []
         for layer in adapter.layers():
             wv, wproj = layer.value_weights()
@@ -191,7 +192,7 @@ def snapshot_measures(model: nn.Module, images: torch.Tensor, offsets: list[list
         "on_target": sum(on_target) / len(on_target) if on_target else float("nan"),
         "best_offset": structinit.fidelity(model, images).mean_fidelity,
         "entropy": entropy_fraction(model, images),
-        "pos_over_patch": float(pos.pow(2).mean().sqrt() / patches.pow(2).mean().sqrt()),
+        "pos_over_patch": pos_over_patch,
         "vproj_identity": sum(identity) / len(identity),
         "vproj_stable_rank": sum(ranks) / len(ranks),
         "qk_norm": sum(qk) / len(qk),
