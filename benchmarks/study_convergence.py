@@ -183,6 +183,44 @@ def plateau(rows: list[dict[str, Any]]) -> float:
     return max(means) - min(means)
 
 
+EARLY_STEPS = 300  # the small-data study's regime: where the impulse init's early gain was measured
+
+
+def early(row: dict[str, Any]) -> tuple[int, float]:
+    """(epoch, top-1) of the evaluation of `row`'s curve nearest EARLY_STEPS optimiser steps."""
+    steps_per_epoch = row["steps"] / row["epochs"]
+    return min(row["curve"], key=lambda point: abs(point[0] * steps_per_epoch - EARLY_STEPS))
+
+
+def early_and_final(rows: list[dict[str, Any]]) -> str:
+    """Per subset size and init: the seed-mean top-1 after ~EARLY_STEPS steps and at the end, with the
+    gains over timm's: does a setting keep the early gain and hold at convergence?"""
+    lines = [
+        f"| per class | init | runs | top-1 at ~{EARLY_STEPS} steps (epoch) | final top-1 | early gain over timm "
+        "| final gain over timm |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for per_class in sorted({r["per_class"] for r in rows}):
+        cells = {}
+        for r in rows:
+            if r["per_class"] == per_class:
+                cells.setdefault(r["init"], []).append(r)
+        means = {
+            init: (statistics.mean(early(r)[1] for r in runs), statistics.mean(r["top1"] for r in runs))
+            for init, runs in cells.items()
+        }
+        for init, runs in cells.items():
+            (at, final), epoch = means[init], early(runs[0])[0]
+            gains = [
+                f"{v - t:+.2f}" if "timm" in means and init != "timm" else "-"
+                for v, t in zip(means[init], means.get("timm", (0, 0)))
+            ]
+            lines.append(
+                f"| {per_class} | {init} | {len(runs)} | {at:.2f} ({epoch}) | {final:.2f} | {gains[0]} | {gains[1]} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
 def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid]) -> None:
     """docs/convergence.csv (one row per run), a curves figure per grid, and the tables of
     docs/convergence.md between its markers."""
@@ -207,8 +245,8 @@ def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid]) -> Non
                 if cell:
                     spreads.append(f"{init} at {per_class}/class {plateau(cell):.1f}")
         sections.append(
-            f"### {name}\n\n{results_markdown(grid_rows)}\nPlateau (spread of the mean curve over the last "
-            f"quarter of the epochs, points): {'; '.join(spreads)}.\n\n"
+            f"### {name}\n\n{results_markdown(grid_rows)}\n{early_and_final(grid_rows)}\n"
+            f"Plateau (spread of the mean curve over the last quarter of the epochs, points): {'; '.join(spreads)}.\n\n"
             f"![curves of {name}](figures/convergence-{name}.png)\n"
         )
     hours = sum(r["wall_secs"] for r in rows) / 3600

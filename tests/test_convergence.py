@@ -156,6 +156,23 @@ def test_snapshots_keep_the_weights_at_init_and_after_the_chosen_epochs(tmp_path
 # --- the study script ----------------------------------------------------------------------------
 
 
+def test_early_and_final_compare_each_init_with_timm_at_300_steps_and_at_the_end():
+    study = load_benchmark("study_convergence")
+
+    def row(init, seed, curve, per_class=200):  # 31 steps an epoch: epoch 10 is the nearest to 300 steps
+        return dict(init=init, seed=seed, per_class=per_class, epochs=100, steps=3100, curve=curve, top1=curve[-1][1])
+
+    rows = [
+        row("timm", 0, [(5, 20.0), (10, 30.0), (100, 50.0)]),
+        row("timm", 1, [(5, 22.0), (10, 32.0), (100, 52.0)]),
+        row("impulse", 0, [(5, 30.0), (10, 36.0), (100, 47.0)]),
+    ]
+    assert study.early(rows[0]) == (10, 30.0)
+    table = study.early_and_final(rows)
+    assert "| 200 | timm | 2 | 31.00 (10) | 51.00 | - | - |" in table
+    assert "| 200 | impulse | 1 | 36.00 (10) | 47.00 | +5.00 | -4.00 |" in table
+
+
 def test_smoke_convergence_study_runs_levers_on_validation_and_the_protocol_on_test(tmp_path):
     study = load_benchmark("study_convergence")
     data = make_imagefolder(tmp_path / "images", 32, per_class=12, classes=["a", "b", "c"])
