@@ -35,6 +35,7 @@ at 224 px (64 test images upsampled): the weights' size and the gradient the fir
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 import sys
 from pathlib import Path
@@ -200,6 +201,13 @@ def snapshot_measures(model: nn.Module, images: torch.Tensor, offsets: list[list
     }
 
 
+def assigned_offsets(run: Path) -> list[list[tuple[int, int]]]:
+    """Per layer, the offsets of the heads of `run`, from its own init record (a rebuild by other
+    code, e.g. one that draws the position embedding differently, may assign others)."""
+    layers = json.loads((run / "init_report.json").read_text())["layers"]
+    return [[tuple(head["offset"]) for head in layer["heads"]] for layer in layers]
+
+
 TRAINING_EPOCHS = (0, 10, 40)  # the snapshots the table shows, with each run's last
 
 
@@ -220,8 +228,8 @@ def training_part(runs: Path, docs: Path, held_out: int = 26) -> None:
         if key not in datasets:  # CIFAR-10: 26 held-out images per class, of which the first 256 are used
             datasets[key] = load_data(config.data, per_class=config.per_class, val_per_class=held_out)
         data = datasets[key]
-        model, report = build_model(config, data)
-        offsets = [[h.offset for h in layer.heads] for layer in report.layers] if "impulse" in config.init else None
+        model, _ = build_model(config, data)  # the architecture; the weights come from the snapshots
+        offsets = assigned_offsets(run) if "impulse" in config.init else None
         images = normalise_for(model, data.val_images[:256])
         name = f"{run.parent.parent.name} {run.name.removesuffix('-seed0')}"
         snapshots = sorted(folder.glob("epoch_*.pt"))

@@ -2,6 +2,7 @@
 V/proj left alone, weight snapshots, and the study script's --smoke mode."""
 
 import csv
+import json
 
 import pytest
 import torch
@@ -228,3 +229,14 @@ def test_smoke_convergence_study_runs_levers_on_validation_and_the_protocol_on_t
     assert layer0 > 0.2 and timm[2] == "-"  # assigned offsets exist for the impulse init only
     assert float(impulse[5]) > 10 * float(timm[5])  # the position embedding x18 against the patches
     assert float(impulse[6]) == pytest.approx(-0.4, abs=0.02) and abs(float(timm[6])) < 0.02  # mimetic V/proj
+
+    # the assigned offsets come from the run's own init record, not from a rebuild by today's code
+    record = out / "light-h6" / "per_class_8" / "impulse-seed0" / "init_report.json"
+    report = json.loads(record.read_text())
+    for head in report["layers"][0]["heads"]:
+        head["offset"] = [-o for o in head["offset"]]  # the mirror offset: a key the head does not attend
+    record.write_text(json.dumps(report))
+    assert mechanism.main(["--part", "training", "--runs", str(out), "--docs", str(docs), "--held-out", "2"]) == 0
+    section = (docs / "convergence.md").read_text().split("<!-- mechanism:begin -->")[1]
+    mirrored = next(line.split(" | ") for line in section.splitlines() if line.startswith("| light-h6 impulse |"))
+    assert float(mirrored[2].split(" / ")[0]) < layer0 / 2
