@@ -209,14 +209,13 @@ def early_and_final(rows: list[dict[str, Any]]) -> str:
             init: (statistics.mean(early(r)[1] for r in runs), statistics.mean(r["top1"] for r in runs))
             for init, runs in cells.items()
         }
+        timm = means.get("timm")
         for init, runs in cells.items():
-            (at, final), epoch = means[init], early(runs[0])[0]
-            gains = [
-                f"{v - t:+.2f}" if "timm" in means and init != "timm" else "-"
-                for v, t in zip(means[init], means.get("timm", (0, 0)))
-            ]
+            at, final = means[init]
+            gains = (f"{at - timm[0]:+.2f}", f"{final - timm[1]:+.2f}") if timm and init != "timm" else ("-", "-")
             lines.append(
-                f"| {per_class} | {init} | {len(runs)} | {at:.2f} ({epoch}) | {final:.2f} | {gains[0]} | {gains[1]} |"
+                f"| {per_class} | {init} | {len(runs)} | {at:.2f} ({early(runs[0])[0]}) | {final:.2f} "
+                f"| {gains[0]} | {gains[1]} |"
             )
     return "\n".join(lines) + "\n"
 
