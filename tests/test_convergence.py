@@ -1,6 +1,7 @@
 """The convergence study's building blocks: validation split, time to accuracy, parallel grids,
 V/proj left alone, weight snapshots, and the study script's --smoke mode."""
 
+import copy
 import csv
 import json
 
@@ -13,6 +14,7 @@ from conftest import assert_same_final_weights, grid_rows, load_benchmark, make_
 from structinit.cli import main
 from structinit.data import load_data, stratified_split, stratified_subset
 from structinit.experiments import epochs_to_reach, results_markdown, time_to_accuracy
+from structinit.fidelity import mean_attention
 from structinit.train import TrainConfig, train
 
 FAST = dict(data="digits", per_class=20, model="vit_digits", model_kwargs={"depth": 1}, batch_size=50, quiet=True)
@@ -140,6 +142,42 @@ def test_vproj_keep_leaves_value_and_projection_as_they_were(make_vit):
     assert report.min_fidelity >= 0.97 and report.options["vproj"] == "keep"
     with pytest.raises(ValueError, match="vproj"):
         structinit.initialize(make_vit(), "impulse", seed=0, vproj="zero")
+
+
+def test_scale_content_gives_the_default_first_layer_maps_on_images_from_small_weights(make_vit, images):
+    grown = make_vit()
+    shrunk = copy.deepcopy(grown)
+    structinit.initialize(grown, "impulse", seed=0)
+    report = structinit.initialize(shrunk, "impulse", seed=0, scale="content")
+    assert report.options["scale"] == "content" and report.min_fidelity >= 0.97
+    # the position embedding keeps timm's scale: the patch projection and class token carry the ratio
+    factor = grown.pos_embed.detach().std() / shrunk.pos_embed.detach().std()
+    assert float(factor) == pytest.approx(18, rel=0.15)
+    assert torch.allclose(grown.pos_embed, shrunk.pos_embed * factor)
+    for name in ("patch_embed.proj.weight", "patch_embed.proj.bias", "cls_token"):
+        assert torch.allclose(shrunk.get_parameter(name) * factor, grown.get_parameter(name)), name
+    # every token is the default's divided by the factor, which layer 0's norm sees only through its eps
+    first_grown, *deeper_grown = mean_attention(grown, images)
+    first_shrunk, *deeper_shrunk = mean_attention(shrunk, images)
+    assert torch.allclose(first_shrunk, first_grown, atol=2e-3)
+    assert float(first_grown.max()) > 0.3  # the impulse reaches the images in both
+    # the blocks' outputs weigh more against the smaller stream: deeper layers are not the default's
+    assert not torch.allclose(deeper_shrunk[0], deeper_grown[0], atol=1e-2)
+    # without pos_scale there is no ratio to reach: nothing but attention changes
+    plain = make_vit()
+    structinit.initialize(plain, "timm", seed=0)
+    before = plain.patch_embed.proj.weight.clone()
+    structinit.initialize(plain, "impulse", seed=0, scale="content", pos_scale=None)
+    assert torch.equal(plain.patch_embed.proj.weight, before)
+
+
+def test_scale_content_needs_a_linear_patch_embedding(make_vit):
+    model = make_vit()
+    model.patch_embed.norm = torch.nn.LayerNorm(model.embed_dim)
+    with pytest.raises(ValueError, match="scale=content divides the patch projection, and this model's patch"):
+        structinit.initialize(model, "impulse", seed=0, scale="content")
+    with pytest.raises(ValueError, match="scale"):
+        structinit.initialize(make_vit(), "impulse", seed=0, scale="patch")
 
 
 def test_snapshots_keep_the_weights_at_init_and_after_the_chosen_epochs(tmp_path):

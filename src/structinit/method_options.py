@@ -178,6 +178,13 @@ class ImpulseOptions(MethodOptions):
         low=0,
         low_open=True,
     )
+    scale: str = option(
+        "position",
+        "how pos_scale's ratio of position to patch content is reached: grow the position embedding (the "
+        "authors), or shrink the patch projection and prefix tokens by the same factor (the same maps on "
+        "images at init, carried by small weights)",
+        choices=("position", "content"),
+    )
     blind_to_content: bool = option(
         True, "solve Q/K outside the patch embedding's span when it is under half the width (small patches)"
     )

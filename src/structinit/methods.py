@@ -283,7 +283,13 @@ def init_impulse(
     the patch content on real images. Here `pos_scale` rescales it to a standard deviation of
     pos_scale x 0.02 (timm's init std): x18 on a fresh timm model, and the same result if the init
     is applied twice; `pos_scale=None` leaves it as it is. A frozen (fixed, e.g. sin-cos) table is
-    always left as it is.
+    always left as it is. `scale="content"` reaches the same ratio the other way: the position
+    embedding keeps its scale and the patch projection (weight and bias) and the prefix tokens are
+    divided by the factor it would have been multiplied by. Every layer norm sees the same token up
+    to that factor, so layer 0's maps on images are the default's; the ratio then sits in small
+    weights, which Adam's lr-sized steps change quickly, instead of in a large embedding they barely
+    move (docs/convergence.md). The blocks' outputs weigh that factor more against the smaller
+    residual stream, so deeper layers differ from the default's.
     `propagate`: layer i + 1 is solved on the output of block i (already initialised) for the pseudo
     tokens, what it receives from a blank image, instead of on its norm of the pseudo tokens themselves
     (the paper's choice: every layer sees the same position embedding). With the paper's choice, deeper
@@ -317,7 +323,11 @@ def init_impulse(
     if o.pos_scale is not None and pos.requires_grad:
         if float(pos.std()) == 0.0:
             raise ValueError("the position embedding is constant: initialise it (e.g. method 'timm') first")
-        pos.mul_(0.02 * o.pos_scale / pos.std())
+        factor = 0.02 * o.pos_scale / pos.std()
+        if o.scale == "position":
+            pos.mul_(factor)
+        else:
+            _shrink_content(adapter, factor)
     tokens = _pseudo_tokens(adapter, o.pseudo_input, o.noise_std, generator)
     content = _content_basis(adapter) if o.blind_to_content else None
     grid, prefix = adapter.grid, adapter.num_prefix_tokens
@@ -530,6 +540,20 @@ def _set_qk_norm_gain(
     gain = float(gain_for_fidelity(logits, target + prefix, valid, prefix, fidelity, shared=True)[0])
     for norm in norms:
         norm.weight.fill_(math.sqrt(gain))
+
+
+def _shrink_content(adapter: ModelAdapter, factor: torch.Tensor) -> None:
+    """Divide the patch projection and the prefix tokens by `factor`: the tokens entering the first
+    block are those of a position embedding multiplied by it, divided by it."""
+    proj = adapter.patch_projection()
+    if proj is None:
+        raise ValueError(
+            "scale=content divides the patch projection, and this model's patch embedding is not one linear "
+            "map (a norm follows it, or another stem): use scale=position"
+        )
+    for param in (proj.weight, proj.bias, *adapter.prefix_tokens()):
+        if param is not None:
+            param.div_(factor)
 
 
 def _content_basis(adapter: ModelAdapter) -> torch.Tensor | None:

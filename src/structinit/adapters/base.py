@@ -129,9 +129,15 @@ class ModelAdapter(abc.ABC):
         plus position embedding. Normalised by a layer's norm, it is that layer's pseudo input."""
 
     @abc.abstractmethod
+    def patch_projection(self) -> nn.Conv2d | None:
+        """The patchify convolution whose output is the patch embedding, or None where the patch
+        embedding is not that linear map (a norm after it, or another stem)."""
+
     def content_directions(self) -> torch.Tensor | None:
         """(D, m) vectors spanning every patch embedding the model can produce (the patch projection's
         weight columns and bias), or None where that set is not a linear subspace."""
+        proj = self.patch_projection()
+        return None if proj is None else patchify_directions(proj)
 
     @abc.abstractmethod
     def embed(self, images: torch.Tensor) -> torch.Tensor:
@@ -192,7 +198,7 @@ def timm_embeddings_(position: nn.Parameter | None, tokens: list[nn.Parameter], 
 
 def patchify_directions(proj: nn.Conv2d) -> torch.Tensor:
     """(D, C * p * p [+ 1]) the columns of a patchify convolution's weight, and its bias: they span
-    every patch embedding it can produce (content_directions of a ViT with a linear patch embedding)."""
+    every patch embedding it can produce."""
     columns = proj.weight.detach().flatten(1)
     if proj.bias is not None:
         columns = torch.cat([columns, proj.bias.detach()[:, None]], dim=1)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .base import AttentionLayer, ModelAdapter, class_token_pseudo_tokens, patchify_directions
+from .base import AttentionLayer, ModelAdapter, class_token_pseudo_tokens
 from .timm_vit import _eval, timm_scheme_, torch_defaults_
 
 _CLASSES = {"ViTModel", "ViTForImageClassification", "ViTForMaskedImageModeling"}
@@ -72,8 +72,8 @@ class HFViTAdapter(ModelAdapter):
         embeddings = self.vit.embeddings
         return class_token_pseudo_tokens(embeddings.cls_token, embeddings.position_embeddings)
 
-    def content_directions(self) -> torch.Tensor:
-        return patchify_directions(self.vit.embeddings.patch_embeddings.projection)
+    def patch_projection(self) -> nn.Conv2d:
+        return self.vit.embeddings.patch_embeddings.projection
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         with _eval(self.model):

@@ -9,7 +9,7 @@ from timm.layers import Attention
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from .base import AttentionLayer, ModelAdapter, PackedQKVLayer, patchify_directions, timm_embeddings_
+from .base import AttentionLayer, ModelAdapter, PackedQKVLayer, timm_embeddings_
 
 
 class TimmAttentionLayer(PackedQKVLayer):
@@ -78,12 +78,12 @@ class TimmViTAdapter(ModelAdapter):
         with _eval(model):
             return model.norm_pre(self._add_position(zeros))[0]
 
-    def content_directions(self) -> torch.Tensor | None:
+    def patch_projection(self) -> nn.Conv2d | None:
         patch = self.model.patch_embed
         proj = getattr(patch, "proj", None)
         if not isinstance(proj, nn.Conv2d) or not isinstance(getattr(patch, "norm", nn.Identity()), nn.Identity):
             return None
-        return patchify_directions(proj)
+        return proj
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         model = self.model

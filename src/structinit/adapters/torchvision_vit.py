@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from torchvision.models.vision_transformer import VisionTransformer
 
-from .base import AttentionLayer, ModelAdapter, PackedQKVLayer, class_token_pseudo_tokens, patchify_directions
+from .base import AttentionLayer, ModelAdapter, PackedQKVLayer, class_token_pseudo_tokens
 from .timm_vit import _eval, timm_scheme_, torch_defaults_
 
 
@@ -57,8 +57,8 @@ class TorchvisionViTAdapter(ModelAdapter):
     def pseudo_tokens(self) -> torch.Tensor:
         return class_token_pseudo_tokens(self.model.class_token, self.model.encoder.pos_embedding)
 
-    def content_directions(self) -> torch.Tensor:
-        return patchify_directions(self.model.conv_proj)
+    def patch_projection(self) -> nn.Conv2d:
+        return self.model.conv_proj
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         model = self.model
