@@ -95,6 +95,11 @@ LEVER_INITS = [
     # and timm's V/proj with the position embedding large enough for the impulse to reach the images
     "impulse[target_fidelity=0.3,vproj=keep]",
     "impulse[target_fidelity=0.3,pos_scale=6,vproj=keep]",
+    # added after those ended below the chosen setting: the same x18 ratio reached by dividing the patch
+    # projection and prefix tokens (layer 0's maps on images unchanged), so that the ratio sits in
+    # small weights Adam's lr-sized steps change quickly instead of a large embedding they barely move
+    "impulse[scale=content]",
+    "impulse[target_fidelity=0.3,scale=content,vproj=keep]",
 ]
 LEVERS = [Grid(recipe, 6, 200, [*BASELINES, *LEVER_INITS], [0], val=True) for recipe in RECIPES]
 # Chosen on the validation split (docs/convergence.md): the best mean over both recipes of every
