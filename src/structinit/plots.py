@@ -13,6 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from matplotlib.ticker import MaxNLocator
 
 from .experiments import CELL_KEYS  # the cells of results.md: tables and figures split rows alike
 
@@ -124,6 +125,7 @@ def plot_summary(rows: list[dict[str, Any]], path: Path, baseline: str = "timm")
         top.set_ylabel(f"final {'validation' if splits == {'val'} else 'test'} top-1 (%)")
         top.set_title(title + f"\nmean +-1 std over seeds ({_seeds(_most_seeds(members))}), dots: seeds", fontsize=9)
         bottom.set_ylabel(f"epochs to {baseline}'s final top-1")
+        bottom.yaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole
         values = [r["top1"] for r in members]
         spread = max(values) - min(values)
         top.set_ylim(max(0.0, min(values) - max(2 * spread, 2)), min(100.0, max(values) + max(spread, 1)))
