@@ -289,7 +289,8 @@ def init_impulse(
     to that factor, so layer 0's maps on images are the default's; the ratio then sits in small
     weights, which Adam's lr-sized steps change quickly, instead of in a large embedding they barely
     move (docs/convergence.md). The blocks' outputs weigh that factor more against the smaller
-    residual stream, so deeper layers differ from the default's.
+    residual stream, so deeper layers differ from the default's. Unlike growing the position
+    embedding to a set scale, this divides whatever the patch projection holds: apply it once.
     `propagate`: layer i + 1 is solved on the output of block i (already initialised) for the pseudo
     tokens, what it receives from a blank image, instead of on its norm of the pseudo tokens themselves
     (the paper's choice: every layer sees the same position embedding). With the paper's choice, deeper
