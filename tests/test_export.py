@@ -120,6 +120,8 @@ def test_an_image_size_that_does_not_fit_the_in_memory_data_is_refused():
     """Nothing resizes in-memory images: the model would fail on its first batch, deep in timm."""
     with pytest.raises(ValueError, match="img_size=64 does not fit the 32 px images of the data"):
         create_model("vit_d6_p4", num_classes=10, in_chans=3, data_size=32, img_size=64)
+    with pytest.raises(ValueError, match=r"img_size=\(32, 64\) does not fit the 32 px images of the data"):
+        create_model("vit_d6_p4", num_classes=10, in_chans=3, data_size=32, img_size=(32, 64))
 
 
 def test_structinit_init_of_a_small_image_preset_is_quick(capsys):

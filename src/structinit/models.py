@@ -63,7 +63,7 @@ def create_model(
     if data_size is not None and _takes_img_size(arch):
         if "img_size" not in kwargs:
             options["img_size"] = data_size
-        elif not kwargs.get("dynamic_img_size") and to_2tuple(kwargs["img_size"])[0] != data_size:
+        elif not kwargs.get("dynamic_img_size") and tuple(to_2tuple(kwargs["img_size"])) != (data_size, data_size):
             raise ValueError(
                 f"img_size={kwargs['img_size']} does not fit the {data_size} px images of the data: leave "
                 "img_size out (it follows in-memory data) or use data of that size"
