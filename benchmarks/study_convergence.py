@@ -225,7 +225,51 @@ def early_and_final(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid]) -> None:
+# The issue's goals for structinit's default at convergence: at 200 per class (and fewer) 2 points over
+# timm's mean final top-1 and not below mimetic's, above that not below timm's; and timm's final top-1
+# reached in at most half the epochs
+SMALL, GAIN_AT_SMALL = 200, 2.0
+
+
+def acceptance(rows: list[dict[str, Any]], grids: list[Grid]) -> str:
+    """Per protocol cell, the goals checked for the default and the chosen setting on the seed means:
+    'yes'/'no', marked pending until all of the cell's seeds have finished."""
+    lines = [
+        "| cell | per class | timm | mimetic | init | top-1 mean ± std | goal | met | epochs to timm's final "
+        "(goal: ≤ half) | met |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for g in grids:
+        cell = [r for r in rows if r["grid"] == g.name and r["per_class"] == g.per_class]
+        finals = {i: [r["top1"] for r in cell if r["init"] == i] for i in {*g.inits, "mimetic"}}
+        if not finals["timm"]:
+            continue
+        small = g.per_class <= SMALL
+        timm, mimetic = statistics.mean(finals["timm"]), statistics.mean(finals["mimetic"] or [float("nan")])
+        for init in ["impulse", *CHOSEN]:
+            runs = [r for r in cell if r["init"] == init]
+            if not runs:
+                continue
+            done = min(len(finals[i]) for i in ("timm", init, *(["mimetic"] if "mimetic" in g.inits else [])))
+            pending = f" (pending: {done}/{len(g.seeds)} seeds)" if done < len(g.seeds) else ""
+            mean = statistics.mean(finals[init])
+            std = f"{statistics.stdev(finals[init]):.2f}" if len(runs) > 1 else "-"
+            goal = GAIN_AT_SMALL if small else 0.0
+            met = mean >= timm + goal and (not small or mean >= mimetic)
+            half = runs[0]["epochs"] / 2
+            reached = [r.get("epochs_to_timm") for r in runs]
+            fast = all(e is not None and e <= half for e in reached)
+            goal_text = f"timm {goal:+.0f}" + (", mimetic" if small else "")
+            lines.append(
+                f"| {g.name} | {g.per_class} | {timm:.2f} | {mimetic:.2f} | {init} | {mean:.2f} ± {std} "
+                f"| ≥ {goal_text} | {'yes' if met else 'no'}{pending} "
+                f"| {', '.join('never' if e is None else f'{e:g}' for e in reached)} (≤ {half:g}) "
+                f"| {'yes' if fast else 'no'}{pending} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid], protocol: list[Grid]) -> None:
     """docs/convergence.csv (one row per run), a curves figure per grid, and the tables of
     docs/convergence.md between its markers."""
     from structinit.plots import plot_curves
@@ -254,8 +298,16 @@ def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid]) -> Non
             f"![curves of {name}](figures/convergence-{name}.png)\n"
         )
     hours = sum(r["wall_secs"] for r in rows) / 3600
-    body = f"Finished runs: {len(rows)}, {hours:.1f} h of run wall-clock (two at a time).\n\n" + (
-        "\n".join(sections) or "No finished runs yet.\n"
+    goals = (
+        "### Acceptance\n\nThe issue's goals at convergence, on the test set, for structinit's default and the "
+        f"chosen setting (seed means):\n\n{acceptance(rows, protocol)}\n"
+        if any(r["grid"] in {g.name for g in protocol} for r in rows)
+        else ""
+    )
+    body = (
+        f"Finished runs: {len(rows)}, {hours:.1f} h of run wall-clock (two at a time).\n\n"
+        + goals
+        + ("\n".join(sections) or "No finished runs yet.\n")
     )
     write_generated_section(docs / "convergence.md", body, "benchmarks/study_convergence.py")
 
@@ -340,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.part}: {len(configs)} runs, {args.jobs} at a time", flush=True)
         run_configs(configs, parallel=args.jobs, root=out)
     rows = rows_of(out, levers + protocol + extended)
-    write_docs(rows, docs, levers + protocol + extended)
+    write_docs(rows, docs, levers + protocol + extended, protocol)
     print(f"done in {time.perf_counter() - start:.0f} s; {docs / 'convergence.md'}, {docs / 'convergence.csv'}")
     return 0
 

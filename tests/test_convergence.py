@@ -212,6 +212,39 @@ def test_early_and_final_compare_each_init_with_timm_at_300_steps_and_at_the_end
     assert "| 200 | impulse | 1 | 36.00 (10) | 47.00 | +5.00 | -4.00 |" in table
 
 
+def test_acceptance_checks_the_issue_goals_on_seed_means_and_says_pending_until_all_seeds_ran():
+    study = load_benchmark("study_convergence")
+    chosen = study.CHOSEN[0]
+    grids = [
+        study.Grid("light", 6, 200, ["timm", "mimetic", "impulse", chosen], [0, 1]),
+        study.Grid("light", 6, 500, ["timm", "mimetic", "impulse"], [0, 1]),
+    ]
+
+    def row(init, seed, top1, per_class=200, reached=None):
+        return dict(grid="light-h6", per_class=per_class, init=init, seed=seed, top1=top1, epochs=100,
+                    epochs_to_timm=reached)  # fmt: skip
+
+    rows = [
+        *(row("timm", s, 50.0 + s) for s in (0, 1)),  # mean 50.5
+        *(row("mimetic", s, 52.0) for s in (0, 1)),
+        row("impulse", 0, 53.0, reached=30),
+        row("impulse", 1, 52.0, reached=50),  # mean 52.5: +2 over timm, above mimetic
+        row(chosen, 0, 54.0, reached=60),  # one seed of two
+        *(row("timm", s, 60.0, per_class=500) for s in (0, 1)),
+        *(row("mimetic", s, 61.0, per_class=500) for s in (0, 1)),
+        *(row("impulse", s, 59.0 + s, per_class=500) for s in (0, 1)),  # mean 59.5 < timm's 60
+    ]
+    lines = study.acceptance(rows, grids).splitlines()
+    assert lines[2] == (
+        "| light-h6 | 200 | 50.50 | 52.00 | impulse | 52.50 ± 0.71 | ≥ timm +2, mimetic | yes | 30, 50 (≤ 50) | yes |"
+    )
+    assert lines[3].startswith(f"| light-h6 | 200 | 50.50 | 52.00 | {chosen} | 54.00 ± - |")
+    assert lines[3].endswith("| yes (pending: 1/2 seeds) | 60 (≤ 50) | no (pending: 1/2 seeds) |")
+    assert lines[4].startswith("| light-h6 | 500 | 60.00 | 61.00 | impulse | 59.50 ± 0.71 | ≥ timm +0 | no |")
+    assert lines[4].endswith("| never, never (≤ 50) | no |")
+    assert len(lines) == 5  # the chosen setting has no run at 500: no row
+
+
 def test_smoke_convergence_study_runs_levers_on_validation_and_the_protocol_on_test(tmp_path):
     study = load_benchmark("study_convergence")
     data = make_imagefolder(tmp_path / "images", 32, per_class=12, classes=["a", "b", "c"])
@@ -246,6 +279,7 @@ def test_smoke_convergence_study_runs_levers_on_validation_and_the_protocol_on_t
     text = (out / "docs" / "convergence.md").read_text()
     assert "### light-h6-val" in text and "| val | impulse[target_fidelity=0.7] | 1 |" in text
     assert "Plateau" in text and (out / "docs" / "figures" / "convergence-light-h6.png").exists()
+    assert "### Acceptance" in text and "| light-h6 | 8 | " in text and "| small-data-h6 | 8 | " in text
     # a rerun trains nothing new
     before = {p: p.stat().st_mtime_ns for p in out.glob("*/*/*/summary.json")}
     assert study.main([*args, "--part", "protocol"]) == 0
