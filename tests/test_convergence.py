@@ -243,6 +243,7 @@ def test_acceptance_checks_the_issue_goals_on_seed_means_and_says_pending_until_
     assert lines[4].startswith("| light-h6 | 500 | 60.00 | 61.00 | impulse | 59.50 ± 0.71 | ≥ timm +0 | no |")
     assert lines[4].endswith("| never, never (≤ 50) | no |")
     assert len(lines) == 5  # the chosen setting has no run at 500: no row
+    assert study.acceptance(rows[:2], grids) == ""  # timm alone: nothing to check, no table
 
 
 def test_smoke_convergence_study_runs_levers_on_validation_and_the_protocol_on_test(tmp_path):
