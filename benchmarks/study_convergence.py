@@ -37,6 +37,7 @@ import dataclasses
 import statistics
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -203,6 +204,14 @@ def early(row: dict[str, Any]) -> tuple[int, float]:
     return min(row["curve"], key=lambda point: abs(point[0] * steps_per_epoch - EARLY_STEPS))
 
 
+def by_init(rows: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The runs of `rows` grouped by init, in the order the inits first appear."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(r["init"], []).append(r)
+    return groups
+
+
 def early_and_final(rows: list[dict[str, Any]]) -> str:
     """Per subset size and init: the seed-mean top-1 after ~EARLY_STEPS steps and at the end, with the
     gains over timm's: does a setting keep the early gain and hold at convergence?"""
@@ -212,10 +221,7 @@ def early_and_final(rows: list[dict[str, Any]]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for per_class in sorted({r["per_class"] for r in rows}):
-        cells = {}
-        for r in rows:
-            if r["per_class"] == per_class:
-                cells.setdefault(r["init"], []).append(r)
+        cells = by_init(r for r in rows if r["per_class"] == per_class)
         means = {
             init: (statistics.mean(early(r)[1] for r in runs), statistics.mean(r["top1"] for r in runs))
             for init, runs in cells.items()
@@ -242,10 +248,7 @@ def acceptance(rows: list[dict[str, Any]], grids: list[Grid]) -> str:
     'yes'/'no', marked pending until all of the cell's seeds have finished. Empty without such runs."""
     lines = []
     for g in grids:
-        runs: dict[str, list[dict[str, Any]]] = {}
-        for r in rows:
-            if r["grid"] == g.name and r["per_class"] == g.per_class:
-                runs.setdefault(r["init"], []).append(r)
+        runs = by_init(r for r in rows if r["grid"] == g.name and r["per_class"] == g.per_class)
         if "timm" not in runs:
             continue
         small = g.per_class <= SMALL
