@@ -8,7 +8,7 @@ script trains to convergence on a 2-core CPU, resumably, through the same traine
     .venv/bin/python benchmarks/study_convergence.py --part levers     # choose settings on a validation split
     .venv/bin/python benchmarks/study_convergence.py --part protocol   # the acceptance cells, on the test set
     .venv/bin/python benchmarks/study_convergence.py --part extended   # 100 per class, 2 heads at 500
-    .venv/bin/python benchmarks/study_convergence.py --part docs       # tables, curves, mechanism from finished runs
+    .venv/bin/python benchmarks/study_convergence.py --part docs       # tables and curves from finished runs
     .venv/bin/python benchmarks/study_convergence.py --smoke --out /tmp/conv   # the pipeline, in a minute
     .venv/bin/python benchmarks/study_convergence.py --part sizing     # why this model: step times (idle machine)
 
@@ -27,6 +27,11 @@ Levers: the 6-head ViT at 200 per class, one seed, each recipe, evaluated on a v
 200 held-out training images per class (not among the 200 it trains on; the test set is not touched):
 the settings are chosen there and only the chosen ones run on the test set.
 Two runs train at once (`--jobs`), one core each.
+
+Results live in git, not only in run directories: every finished run's row (final and best top-1,
+curves, recipe hash) goes to docs/convergence-runs.jsonl, which the docs are made from and which a
+fresh checkout resumes from (a run it holds is not trained again; one it holds from another recipe
+is refused). Commit it with the docs after each finished run.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import json
 import statistics
 import sys
 import time
@@ -41,7 +47,16 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from structinit.experiments import collect, results_markdown, run_configs, run_dir, write_generated_section
+from structinit.experiments import (
+    NOT_RECIPE,
+    collect,
+    results_markdown,
+    run_configs,
+    run_dir,
+    time_to_accuracy,
+    write_generated_section,
+)
+from structinit.rundir import config_hash
 from structinit.train import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -153,16 +168,60 @@ def config(grid: Grid, init: str, seed: int, data: str, out: Path, smoke: bool) 
     )
 
 
-def rows_of(out: Path, grids: list[Grid]) -> list[dict[str, Any]]:
-    """The finished runs of `grids`, each grid directory read once (grids of one recipe and head count
-    share it, one subset size each)."""
-    rows = []
+LEDGER = "convergence-runs.jsonl"
+
+
+def run_key(row: dict[str, Any]) -> tuple[str, int, str, int]:
+    return row["grid"], row["per_class"], row["init"], row["seed"]
+
+
+def read_ledger(docs: Path) -> dict[tuple, dict[str, Any]]:
+    """The committed rows of docs/convergence-runs.jsonl, by run_key."""
+    path = docs / LEDGER
+    rows = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return {run_key(r): r for r in rows}
+
+
+def rows_of(out: Path, grids: list[Grid], docs: Path) -> list[dict[str, Any]]:
+    """The finished runs of `grids`: the ledger's rows, and those of the run directories under `out`
+    (newer: they replace the ledger's), each grid directory read once (grids of one recipe and head
+    count share it, one subset size each). Times to accuracy are recomputed over them all: the
+    baseline's mean moves as its seeds come in, from whichever checkout trained them."""
+    rows = read_ledger(docs)
     for name in dict.fromkeys(g.name for g in grids):
-        sizes = {g.per_class for g in grids if g.name == name}
-        recipe = next(g.recipe for g in grids if g.name == name)
         if (out / name).exists():
-            rows += [{**r, "grid": name, "recipe": recipe} for r in collect(out / name) if r["per_class"] in sizes]
-    return rows
+            recipe = next(g.recipe for g in grids if g.name == name)
+            for r in collect(out / name):
+                rows[run_key({**r, "grid": name})] = {**r, "grid": name, "recipe": recipe, "recipe_hash": r["recipe"]}
+    order = {(g.name, g.per_class): i for i, g in enumerate(grids)}
+    kept = sorted(
+        (r for r in rows.values() if (r["grid"], r["per_class"]) in order),
+        key=lambda r: (order[r["grid"], r["per_class"]], r["init"], r["seed"]),
+    )
+    time_to_accuracy(kept)
+    return kept
+
+
+def write_ledger(rows: list[dict[str, Any]], docs: Path) -> None:
+    (docs / LEDGER).write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+
+
+def unfinished(configs: list[tuple[Grid, str, int]], data: str, out: Path, docs: Path, smoke: bool) -> list:
+    """The TrainConfigs of the (grid, init, seed) runs that the ledger does not hold. Refuses a run the
+    ledger holds from another recipe: its row would be mixed with runs of this one."""
+    ledger = read_ledger(docs)
+    todo = []
+    for grid, init, seed in configs:
+        c = config(grid, init, seed, data, out, smoke)
+        row = ledger.get((grid.name, grid.per_class, init, seed))
+        if row is None:
+            todo.append(c)
+        elif row.get("recipe_hash") not in (None, config_hash(dataclasses.asdict(c), leave_out=NOT_RECIPE)):
+            raise SystemExit(
+                f"{docs / LEDGER} holds {grid.name} {grid.per_class}/class {init} seed {seed} from another recipe or "
+                "--data: remove its rows (and their run directories) to train them again"
+            )
+    return todo
 
 
 CSV_COLUMNS = [
@@ -243,9 +302,20 @@ def early_and_final(rows: list[dict[str, Any]]) -> str:
 SMALL, GAIN_AT_SMALL = 200, 2.0
 
 
+def epochs_text(row: dict[str, Any]) -> str:
+    """A run's epochs to timm's final top-1: a number, 'never', 'lost' (its curve was not kept) or '-'
+    (no timm run in its cell)."""
+    if row["curve"] is None:
+        return "lost"
+    if "epochs_to_timm" not in row:
+        return "-"
+    return "never" if row["epochs_to_timm"] is None else f"{row['epochs_to_timm']:g}"
+
+
 def acceptance(rows: list[dict[str, Any]], grids: list[Grid]) -> str:
     """Per protocol cell, the goals checked for the default and the chosen setting on the seed means:
-    'yes'/'no', marked pending until all of the cell's seeds have finished. Empty without such runs."""
+    'yes'/'no', marked pending until all of the cell's seeds have finished; the speed goal 'open'
+    while the runs with curves meet it but some runs' curves were lost. Empty without such runs."""
     lines = []
     for g in grids:
         runs = by_init(r for r in rows if r["grid"] == g.name and r["per_class"] == g.per_class)
@@ -265,14 +335,21 @@ def acceptance(rows: list[dict[str, Any]], grids: list[Grid]) -> str:
             std = f"{statistics.stdev(top1):.2f}" if len(top1) > 1 else "-"
             met = mean >= timm + goal and (not small or mean >= mimetic)
             half = runs[init][0]["epochs"] / 2
-            reached = [r.get("epochs_to_timm") for r in runs[init]]
-            fast = all(e is not None and e <= half for e in reached)
+            timed = [r["epochs_to_timm"] for r in runs[init] if r["curve"] is not None]
+            slow = any(e is None or e > half for e in timed)
+            fast = (
+                "no"
+                if slow
+                else "yes"
+                if len(timed) == len(top1)
+                else f"open (curves of {len(timed)}/{len(top1)} runs)"
+            )
+            reached = [epochs_text(r) for r in runs[init]]
             goal_text = f"timm {goal:+.0f}" + (", mimetic" if small else "")
             lines.append(
                 f"| {g.name} | {g.per_class} | {timm:.2f} | {mimetic:.2f} | {init} | {mean:.2f} ± {std} "
                 f"| ≥ {goal_text} | {'yes' if met else 'no'}{pending} "
-                f"| {', '.join('never' if e is None else f'{e:g}' for e in reached)} (≤ {half:g}) "
-                f"| {'yes' if fast else 'no'}{pending} |"
+                f"| {', '.join(reached)} (≤ {half:g}) | {fast}{pending} |"
             )
     if not lines:
         return ""
@@ -284,33 +361,42 @@ def acceptance(rows: list[dict[str, Any]], grids: list[Grid]) -> str:
 
 
 def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid], protocol: list[Grid]) -> None:
-    """docs/convergence.csv (one row per run), a curves figure per grid, and the tables of
-    docs/convergence.md between its markers."""
+    """The ledger (docs/convergence-runs.jsonl), docs/convergence.csv (one row per run), a curves figure
+    per grid, and the tables of docs/convergence.md between its markers. What needs a curve (early
+    top-1, plateau, figure, epochs to timm's final) comes from the runs whose curve was kept."""
     from structinit.plots import plot_curves
 
     figures = docs / "figures"
     figures.mkdir(parents=True, exist_ok=True)
+    write_ledger(rows, docs)
     with open(docs / "convergence.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, CSV_COLUMNS, extrasaction="ignore")
         writer.writeheader()
-        writer.writerows({**r, "final_top1": r["top1"]} for r in rows)
+        writer.writerows({**r, "final_top1": r["top1"], "epochs_to_timm": epochs_text(r)} for r in rows)
     sections = []
     for name in dict.fromkeys(g.name for g in grids):
         grid_rows = [r for r in rows if r["grid"] == name]
+        curved = [r for r in grid_rows if r["curve"] is not None]
         if not grid_rows:
             continue
-        plot_curves(grid_rows, figures / f"convergence-{name}.png")
-        spreads = []
-        for per_class in sorted({r["per_class"] for r in grid_rows}):
-            for init in dict.fromkeys(r["init"] for r in grid_rows):
-                cell = [r for r in grid_rows if r["per_class"] == per_class and r["init"] == init]
-                if cell:
-                    spreads.append(f"{init} at {per_class}/class {plateau(cell):.1f}")
-        sections.append(
-            f"### {name}\n\n{results_markdown(grid_rows)}\n{early_and_final(grid_rows)}\n"
-            f"Plateau (spread of the mean curve over the last quarter of the epochs, points): {'; '.join(spreads)}.\n\n"
-            f"![curves of {name}](figures/convergence-{name}.png)\n"
-        )
+        section = f"### {name}\n\n{results_markdown(grid_rows)}\n"
+        if curved:
+            kept = len(curved) < len(grid_rows)
+            lost = f" (the {len(curved)} of {len(grid_rows)} runs whose curves were kept)" if kept else ""
+            plot_curves(curved, figures / f"convergence-{name}.png")
+            spreads = [
+                f"{init} at {per_class}/class {plateau(cell):.1f}"
+                for per_class in sorted({r["per_class"] for r in curved})
+                for init, cell in by_init(r for r in curved if r["per_class"] == per_class).items()
+            ]
+            section += (
+                f"{early_and_final(curved)}\n"
+                f"Plateau{lost} (spread of the mean curve over the last quarter of the epochs, points): "
+                f"{'; '.join(spreads)}.\n\n![curves of {name}{lost}](figures/convergence-{name}.png)\n"
+            )
+        else:
+            section += "No curves: they were lost with the run directories (docs/convergence.md, Status).\n"
+        sections.append(section)
     hours = sum(r["wall_secs"] for r in rows) / 3600
     table = acceptance(rows, protocol)
     goals = (
@@ -401,12 +487,14 @@ def main(argv: list[str] | None = None) -> int:
     grids = {"levers": levers, "protocol": protocol, "extended": extended, "docs": []}[args.part]
     # seed-major, then init, then grid: a partial run already answers every grid for the first seed
     order = sorted((seed, i, k) for k, g in enumerate(grids) for seed in g.seeds for i in range(len(g.inits)))
-    configs = [config(grids[k], grids[k].inits[i], seed, args.data, out, args.smoke) for seed, i, k in order]
+    runs = [(grids[k], grids[k].inits[i], seed) for seed, i, k in order]
+    configs = unfinished(runs, args.data, out, docs, args.smoke)
     start = time.perf_counter()
+    if runs:
+        print(f"{args.part}: {len(configs)} of {len(runs)} runs to train, {args.jobs} at a time", flush=True)
     if configs:
-        print(f"{args.part}: {len(configs)} runs, {args.jobs} at a time", flush=True)
         run_configs(configs, parallel=args.jobs, root=out)
-    rows = rows_of(out, levers + protocol + extended)
+    rows = rows_of(out, levers + protocol + extended, docs)
     write_docs(rows, docs, levers + protocol + extended, protocol)
     print(f"done in {time.perf_counter() - start:.0f} s; {docs / 'convergence.md'}, {docs / 'convergence.csv'}")
     return 0

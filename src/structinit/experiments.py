@@ -279,14 +279,15 @@ def time_to_accuracy(
 ) -> None:
     """Set each row's `epochs_to_<baseline>`: the epochs the run needed to reach the mean final top-1
     of `baseline`'s runs in the same cell (rows equal on `cell_keys`), None if it never did. Rows of
-    a cell without a baseline run get no such key."""
+    a cell without a baseline run, and rows whose curve was not kept (curve None: results recorded
+    without it), get no such key; their final top-1 still counts in the baseline's mean."""
     finals: dict[tuple, list[float]] = {}
     for row in rows:
         if row["init"] == baseline:
             finals.setdefault(tuple(row.get(k) for k in cell_keys), []).append(row["top1"])
     for row in rows:
         target = finals.get(tuple(row.get(k) for k in cell_keys))
-        if target:
+        if target and row["curve"] is not None:
             row[f"epochs_to_{baseline}"] = epochs_to_reach(row["curve"], statistics.mean(target))
 
 
@@ -337,29 +338,38 @@ def results_markdown(rows: list[dict[str, Any]]) -> str:
         top1 = [r["top1"] for r in runs]
         mean = statistics.mean(top1)
         spread = f"{statistics.stdev(top1):.2f}" if len(top1) > 1 else "-"  # one run has no spread
-        best = statistics.mean(r["best_top1"] for r in runs)
-        top5 = statistics.mean(r["top5"] for r in runs)
-        loss = statistics.mean(r["train_loss"] for r in runs)
         setting = key[:-1]
         over_timm = gain(setting, "timm", mean) if init != "timm" else "-"
         over_mimetic = gain(setting, "mimetic", mean) if init != "mimetic" else "-"
         lines.append(
             f"| {dataset} | {model} | {heads} | {per_class or 'all'} | {epochs} | {split} |"
             + (f" {recipe} |" if several else "")
-            + f" {init} | {len(runs)} | {mean:.2f} ± {spread} | {best:.2f} | {reached(runs)} | {top5:.2f} "
-            f"| {loss:.3f} | {over_timm} | {over_mimetic} |"
+            + f" {init} | {len(runs)} | {mean:.2f} ± {spread} | {recorded_mean(runs, 'best_top1')} | {reached(runs)} "
+            f"| {recorded_mean(runs, 'top5')} | {recorded_mean(runs, 'train_loss', 3)} | {over_timm} | {over_mimetic} |"
         )
     return "\n".join(lines) + "\n"
 
 
+def recorded_mean(runs: list[dict[str, Any]], key: str, digits: int = 2) -> str:
+    """The mean of `key` over the runs that recorded it, '(k/n)' after it when only k of the n did
+    (results kept without their curves); '-' when none did."""
+    values = [r[key] for r in runs if r.get(key) is not None]
+    if not values:
+        return "-"
+    mean = f"{statistics.mean(values):.{digits}f}"
+    return mean if len(values) == len(runs) else f"{mean} ({len(values)}/{len(runs)})"
+
+
 def reached(runs: list[dict[str, Any]], baseline: str = "timm") -> str:
     """'62 (3/3)': the mean epochs to the baseline's final top-1 over the runs that reached it, and how
-    many did; 'never (0/3)' if none did; '-' where the cell has no baseline run."""
+    many of the runs with a time (see time_to_accuracy) did; 'never (0/3)' if none did; '-' where
+    no run has a time (no baseline run in the cell, or no curves)."""
     key = f"epochs_to_{baseline}"
-    if not any(key in r for r in runs):
+    timed = [r for r in runs if key in r]
+    if not timed:
         return "-"
-    got = [r[key] for r in runs if r.get(key) is not None]
-    return f"{statistics.mean(got):.0f} ({len(got)}/{len(runs)})" if got else f"never (0/{len(runs)})"
+    got = [r[key] for r in timed if r[key] is not None]
+    return f"{statistics.mean(got):.0f} ({len(got)}/{len(timed)})" if got else f"never (0/{len(timed)})"
 
 
 def write_generated_section(path: Path, body: str, source: str, name: str = "tables") -> None:
