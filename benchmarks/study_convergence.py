@@ -206,12 +206,12 @@ def write_ledger(rows: list[dict[str, Any]], docs: Path) -> None:
     (docs / LEDGER).write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
 
 
-def unfinished(configs: list[tuple[Grid, str, int]], data: str, out: Path, docs: Path, smoke: bool) -> list:
+def unfinished(runs: list[tuple[Grid, str, int]], data: str, out: Path, docs: Path, smoke: bool) -> list[TrainConfig]:
     """The TrainConfigs of the (grid, init, seed) runs that the ledger does not hold. Refuses a run the
     ledger holds from another recipe: its row would be mixed with runs of this one."""
     ledger = read_ledger(docs)
     todo = []
-    for grid, init, seed in configs:
+    for grid, init, seed in runs:
         c = config(grid, init, seed, data, out, smoke)
         row = ledger.get((grid.name, grid.per_class, init, seed))
         if row is None:
@@ -312,6 +312,16 @@ def epochs_text(row: dict[str, Any]) -> str:
     return "never" if row["epochs_to_timm"] is None else f"{row['epochs_to_timm']:g}"
 
 
+def speed_goal(runs: list[dict[str, Any]], half: float) -> str:
+    """'no' once a run with a curve needs more than `half` the epochs to reach timm's final top-1 (or
+    never does), 'yes' when every run is within it, 'open' while the runs with curves are and the
+    others' curves were lost."""
+    timed = [r["epochs_to_timm"] for r in runs if r["curve"] is not None]
+    if any(e is None or e > half for e in timed):
+        return "no"
+    return "yes" if len(timed) == len(runs) else f"open (curves of {len(timed)}/{len(runs)} runs)"
+
+
 def acceptance(rows: list[dict[str, Any]], grids: list[Grid]) -> str:
     """Per protocol cell, the goals checked for the default and the chosen setting on the seed means:
     'yes'/'no', marked pending until all of the cell's seeds have finished; the speed goal 'open'
@@ -335,21 +345,12 @@ def acceptance(rows: list[dict[str, Any]], grids: list[Grid]) -> str:
             std = f"{statistics.stdev(top1):.2f}" if len(top1) > 1 else "-"
             met = mean >= timm + goal and (not small or mean >= mimetic)
             half = runs[init][0]["epochs"] / 2
-            timed = [r["epochs_to_timm"] for r in runs[init] if r["curve"] is not None]
-            slow = any(e is None or e > half for e in timed)
-            fast = (
-                "no"
-                if slow
-                else "yes"
-                if len(timed) == len(top1)
-                else f"open (curves of {len(timed)}/{len(top1)} runs)"
-            )
             reached = [epochs_text(r) for r in runs[init]]
             goal_text = f"timm {goal:+.0f}" + (", mimetic" if small else "")
             lines.append(
                 f"| {g.name} | {g.per_class} | {timm:.2f} | {mimetic:.2f} | {init} | {mean:.2f} ± {std} "
                 f"| ≥ {goal_text} | {'yes' if met else 'no'}{pending} "
-                f"| {', '.join(reached)} (≤ {half:g}) | {fast}{pending} |"
+                f"| {', '.join(reached)} (≤ {half:g}) | {speed_goal(runs[init], half)}{pending} |"
             )
     if not lines:
         return ""
@@ -376,13 +377,13 @@ def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid], protoc
     sections = []
     for name in dict.fromkeys(g.name for g in grids):
         grid_rows = [r for r in rows if r["grid"] == name]
-        curved = [r for r in grid_rows if r["curve"] is not None]
         if not grid_rows:
             continue
+        curved = [r for r in grid_rows if r["curve"] is not None]
         section = f"### {name}\n\n{results_markdown(grid_rows)}\n"
         if curved:
-            kept = len(curved) < len(grid_rows)
-            lost = f" (the {len(curved)} of {len(grid_rows)} runs whose curves were kept)" if kept else ""
+            partial = len(curved) < len(grid_rows)
+            lost = f" (the {len(curved)} of {len(grid_rows)} runs whose curves were kept)" if partial else ""
             plot_curves(curved, figures / f"convergence-{name}.png")
             spreads = [
                 f"{init} at {per_class}/class {plateau(cell):.1f}"
