@@ -21,7 +21,8 @@ wide heads). Batch 64, ~3,100 optimiser steps at every size: 100 epochs at 200 p
 200 at 100. Two recipes: `light` (the cpu-quick preset: crop + flip, label smoothing 0.1, AdamW lr 1e-3
 at batch 128 scaled to 5e-4, weight decay 0.05, warm-up 5 % of the run) and `small-data` (the
 authors' preset: mixup 0.8, cutmix 1.0, RandAugment m9, random erasing 0.25, drop-path 0.1, lr 2e-3 at
-batch 128 scaled to 1e-3, warm-up 1/6 of the run as in its 50 of 300 epochs). Seeds 0, 1, 2.
+batch 128 scaled to 1e-3, warm-up 1/6 of the run as in its 50 of 300 epochs). Seeds 0, 1, 2. fp32
+(`amp: none`): the study's CPUs differ, and autocast would run bf16 on those with AVX-512.
 
 Levers: the 6-head ViT at 200 per class, one seed, each recipe, evaluated on a validation split of
 200 held-out training images per class (not among the 200 it trains on; the test set is not touched):
@@ -160,6 +161,7 @@ def config(grid: Grid, init: str, seed: int, data: str, out: Path, smoke: bool) 
         warmup_epochs=round(recipe["warmup"] * epochs, 2),
         eval_every=1 if smoke else EVAL_EVERY[grid.per_class],
         eval_batch_size=500,
+        amp="none",  # fp32 on every CPU: autocast would run bf16 on AVX-512 ones and fp32 on the others
         snapshot_epochs=(
             [e for e in SNAPSHOTS if e <= epochs] if seed == 0 and (smoke or grid.per_class == 200) else []
         ),
