@@ -243,6 +243,8 @@ CSV_COLUMNS = [
     "epochs_to_timm",
     "train_loss",
     "wall_secs",
+    "device",
+    "precision",
 ]
 
 

@@ -25,9 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 
 from .data import parse_spec
 from .launch import Cluster, TrainJob, run_on_cluster
+from .provenance import ENVIRONMENT
 from .rundir import MetricsLog, RunError, RunLock, config_hash, flag, identity
 from .train import TrainConfig, read_config, train
 
@@ -48,6 +50,8 @@ CSV_COLUMNS = [
     "secs",
     "train_loss",
     "recipe",
+    "device",
+    "precision",
 ]
 # what makes two runs comparable: rows that differ only in init and seed
 CELL_KEYS = ("dataset", "model", "heads", "per_class", "epochs", "split", "recipe")
@@ -231,13 +235,15 @@ def _spread_over_gpus(configs: list[TrainConfig]) -> list[TrainConfig]:
 
 def collect(out: Path) -> list[dict[str, Any]]:
     """One row per finished run under `out`, with its per-epoch curve, its best top-1 and its time to
-    accuracy. `split` is what it was evaluated on: 'test', or 'val' for a run with a validation split."""
+    accuracy. `split` is what it was evaluated on: 'test', or 'val' for a run with a validation split;
+    `device` and `precision` where it ran (CPU figures differ between CPUs, bf16 or fp32)."""
     rows = []
     for summary_path in sorted(out.glob("*/*/summary.json")):
         path = summary_path.parent
         summary = json.loads(summary_path.read_text())
         resolved = read_config(path / "config.yaml")
         config = json.loads(json.dumps(dataclasses.asdict(resolved)))
+        ran = yaml.safe_load((path / "config.yaml").read_text()).get(ENVIRONMENT, {})
         split = resolved.eval_split
         curve = MetricsLog(path).epochs()
         top1_curve = [(m["epoch"], m[f"{split}_top1"]) for m in curve if f"{split}_top1" in m]
@@ -260,6 +266,8 @@ def collect(out: Path) -> list[dict[str, Any]]:
                 "train_loss": round(curve[-1]["train_loss"], 4),
                 "steps": curve[-1].get("step", ""),
                 "recipe": config_hash(dataclasses.asdict(resolved), leave_out=NOT_RECIPE),
+                "device": ran.get("device_name", ""),
+                "precision": ran.get("amp_dtype", ""),
                 "curve": top1_curve,
                 "loss_curve": [(m["epoch"], m["train_loss"]) for m in curve],
             }
