@@ -307,12 +307,10 @@ SMALL, GAIN_AT_SMALL = 200, 2.0
 
 
 def epochs_text(row: dict[str, Any]) -> str:
-    """A run's epochs to timm's final top-1: a number, 'never', 'lost' (its curve was not kept) or '-'
-    (no timm run in its cell)."""
+    """A run's epochs to timm's final top-1 (its cell has timm runs): a number, 'never', or 'lost' (its
+    curve was not kept)."""
     if row["curve"] is None:
         return "lost"
-    if "epochs_to_timm" not in row:
-        return "-"
     return "never" if row["epochs_to_timm"] is None else f"{row['epochs_to_timm']:g}"
 
 
@@ -377,7 +375,8 @@ def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid], protoc
     with open(docs / "convergence.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, CSV_COLUMNS, extrasaction="ignore")
         writer.writeheader()
-        writer.writerows({**r, "final_top1": r["top1"], "epochs_to_timm": epochs_text(r)} for r in rows)
+        lost = {"epochs_to_timm": "lost"}  # empty: never reached (or no timm run in the cell)
+        writer.writerows({**r, "final_top1": r["top1"], **(lost if r["curve"] is None else {})} for r in rows)
     sections = []
     for name in dict.fromkeys(g.name for g in grids):
         grid_rows = [r for r in rows if r["grid"] == name]
