@@ -312,6 +312,8 @@ def test_smoke_convergence_study_runs_levers_on_validation_and_the_protocol_on_t
     # the mechanism along training, from the seed-0 snapshots, into its own section of the same file
     mechanism = load_benchmark("bench_mechanism")
     docs = out / "docs"
+    with pytest.raises(SystemExit, match="no weight snapshots under"):  # none there: the docs stay
+        mechanism.main(["--part", "training", "--runs", str(tmp_path / "nowhere"), "--docs", str(docs)])
     assert mechanism.main(["--part", "training", "--runs", str(out), "--docs", str(docs), "--held-out", "2"]) == 0
     text = (docs / "convergence.md").read_text()
     assert "### light-h6-val" in text  # the study's tables stay
