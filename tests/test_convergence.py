@@ -232,7 +232,7 @@ def test_acceptance_checks_the_issue_goals_on_seed_means_and_says_pending_until_
     study = load_benchmark("study_convergence")
     chosen = study.CHOSEN[0]
     grids = [
-        study.Grid("light", 6, 200, ["timm", "mimetic", "impulse", chosen], [0, 1]),
+        study.Grid("light", 6, 200, ["timm", "mimetic", "impulse", chosen, *study.CONTROL], [0, 1]),
         study.Grid("light", 6, 500, ["timm", "mimetic", "impulse"], [0, 1]),
     ]
 
@@ -246,6 +246,7 @@ def test_acceptance_checks_the_issue_goals_on_seed_means_and_says_pending_until_
         row("impulse", 0, 53.0, reached=30),
         row("impulse", 1, 52.0, reached=50),  # mean 52.5: +2 over timm, above mimetic
         row(chosen, 0, 54.0, reached=60),  # one seed of two
+        *(row(study.CONTROL[0], s, 53.0, reached=40) for s in (0, 1)),  # the control gets its own row
         *(row("timm", s, 60.0, per_class=500) for s in (0, 1)),
         *(row("mimetic", s, 61.0, per_class=500) for s in (0, 1)),
         *(row("impulse", s, 59.0 + s, per_class=500) for s in (0, 1)),  # mean 59.5 < timm's 60
@@ -256,9 +257,13 @@ def test_acceptance_checks_the_issue_goals_on_seed_means_and_says_pending_until_
     )
     assert lines[3].startswith(f"| light-h6 | 200 | 50.50 | 52.00 | {chosen} | 54.00 ± - |")
     assert lines[3].endswith("| yes (pending: 1/2 seeds) | 60 (≤ 50) | no (pending: 1/2 seeds) |")
-    assert lines[4].startswith("| light-h6 | 500 | 60.00 | 61.00 | impulse | 59.50 ± 0.71 | ≥ timm +0 | no |")
-    assert lines[4].endswith("| never, never (≤ 50) | no |")
-    assert len(lines) == 5  # the chosen setting has no run at 500: no row
+    assert lines[4] == (
+        f"| light-h6 | 200 | 50.50 | 52.00 | {study.CONTROL[0]} | 53.00 ± 0.00 | ≥ timm +2, mimetic | yes "
+        "| 40, 40 (≤ 50) | yes |"
+    )
+    assert lines[5].startswith("| light-h6 | 500 | 60.00 | 61.00 | impulse | 59.50 ± 0.71 | ≥ timm +0 | no |")
+    assert lines[5].endswith("| never, never (≤ 50) | no |")
+    assert len(lines) == 6  # the chosen setting and its control have no run at 500: no rows
     # runs whose curves were lost: the speed goal stays open while the others meet it, 'no' once one fails
     lost = {**{k: v for k, v in row(chosen, 1, 54.0).items() if k != "epochs_to_timm"}, "curve": None}
     open_line = study.acceptance([*rows[:4], row(chosen, 0, 54.0, reached=40), lost], grids).splitlines()[2]
