@@ -1,5 +1,6 @@
 """The trainer: resume equivalence, divergence handling, DDP, grids and figures, on the digits."""
 
+import csv
 import json
 import os
 import socket
@@ -12,7 +13,8 @@ import torch
 from structinit import train as train_module
 from structinit.cli import main
 from structinit.experiments import compare
-from structinit.train import TrainConfig, TrainingDiverged, resume_config, train
+from structinit.provenance import device_name
+from structinit.train import TrainConfig, TrainingDiverged, resolve_amp, resume_config, train
 
 FAST = dict(data="digits", per_class=20, model="vit_digits", model_kwargs={"depth": 2}, batch_size=50, quiet=True)
 
@@ -80,9 +82,14 @@ def test_compare_runs_the_grid_writes_tables_and_skips_finished_runs(tmp_path):
     assert len(rows) == 4
     header, *lines = (tmp_path / "results.csv").read_text().splitlines()
     assert header == (
-        "dataset,model,heads,per_class,init,seed,epochs,steps,split,top1,best_top1,epochs_to_timm,top5,secs,train_loss,recipe"
+        "dataset,model,heads,per_class,init,seed,epochs,steps,split,top1,best_top1,epochs_to_timm,top5,secs,train_loss,"
+        "recipe,device,precision"
     )
     assert len(lines) == 4 and all(line.startswith("digits,vit_digits,4,10,") for line in lines)
+    cpu = torch.device("cpu")  # where each run ran, as its config.yaml recorded it
+    precision = {None: "float32", torch.bfloat16: "bfloat16"}[resolve_amp("auto", cpu)]
+    with open(tmp_path / "results.csv") as f:
+        assert {(r["device"], r["precision"]) for r in csv.DictReader(f)} == {(device_name(cpu), precision)}
     table = (tmp_path / "results.md").read_text()
     assert "| digits | vit_digits | 4 | 10 | 1 | test | impulse | 2 |" in table and "gain over mimetic" in table
     assert (tmp_path / "curves.png").stat().st_size > 10_000
