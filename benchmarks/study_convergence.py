@@ -194,7 +194,8 @@ def rows_of(out: Path, grids: list[Grid], docs: Path) -> list[dict[str, Any]]:
         if (out / name).exists():
             recipe = next(g.recipe for g in grids if g.name == name)
             for r in collect(out / name):
-                rows[run_key({**r, "grid": name})] = {**r, "grid": name, "recipe": recipe, "recipe_hash": r["recipe"]}
+                row = {**r, "grid": name, "recipe": recipe, "recipe_hash": r["recipe"]}
+                rows[run_key(row)] = row
     order = {(g.name, g.per_class): i for i, g in enumerate(grids)}
     kept = sorted(
         (r for r in rows.values() if (r["grid"], r["per_class"]) in order),
