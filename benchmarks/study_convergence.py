@@ -364,6 +364,60 @@ def acceptance(rows: list[dict[str, Any]], grids: list[Grid]) -> str:
     return "\n".join([header, *lines]) + "\n"
 
 
+def decision(rows: list[dict[str, Any]], grids: list[Grid]) -> str:
+    """The rule fixed in docs/convergence.md (Status) before the test-set runs, read off the seed means:
+    the chosen setting becomes the default if it is at least timm's in every cell that runs it and above
+    the default's. And the control: paired by cell and seed, the control ties the chosen setting unless
+    it falls short of it by more than twice the standard error of the mean difference (then the impulse
+    structure counts; otherwise what wins is the Q/K scale). Pending until every seed has finished."""
+    chosen, control = CHOSEN[0], CONTROL[0]
+    cells = [g for g in grids if chosen in g.inits]
+    lines, missing = [], 0
+    gains: dict[str, list[str]] = {"timm": [], "impulse": []}
+    below: dict[str, list[str]] = {"timm": [], "impulse": []}
+    pairs = []
+    for g in cells:
+        runs = by_init(r for r in rows if r["grid"] == g.name and r["per_class"] == g.per_class)
+        missing += sum(len(g.seeds) - len(runs.get(init, [])) for init in ("timm", "impulse", chosen))
+        if chosen not in runs:
+            continue
+        mean = statistics.mean(r["top1"] for r in runs[chosen])
+        for other in gains:
+            if other in runs:
+                gap = mean - statistics.mean(r["top1"] for r in runs[other])
+                gains[other].append(f"{g.name}/{g.per_class} {gap:+.2f}")
+                if gap < 0 or (other == "impulse" and gap == 0):
+                    below[other].append(f"{g.name}/{g.per_class}")
+        if control in g.inits:
+            missing += len(g.seeds) - len(runs.get(control, []))
+            ours = {r["seed"]: r["top1"] for r in runs[chosen]}
+            pairs += [r["top1"] - ours[r["seed"]] for r in runs.get(control, []) if r["seed"] in ours]
+    if not gains["timm"]:
+        return ""
+    pending = f" (pending: {missing} more run{'s' * (missing != 1)})" if missing else ""
+    for other, name, goal in (
+        ("timm", "timm", "At least timm's in every cell"),
+        ("impulse", "the default", "Above it in every cell"),
+    ):
+        verdict = "yes" if not below[other] else f"no ({', '.join(below[other])})"
+        lines.append(f"- The chosen setting minus {name}, per cell: {'; '.join(gains[other])}. {goal}: {verdict}.")
+    wins = not below["timm"] and not below["impulse"]
+    lines.append(f"- **The chosen setting becomes the default: {'yes' if wins else 'no'}**{pending}.")
+    if len(pairs) > 1:
+        mean, se = statistics.mean(pairs), statistics.stdev(pairs) / len(pairs) ** 0.5
+        structure = mean < -2 * se
+        verdict = (
+            "the chosen setting is ahead: the impulse structure counts"
+            if structure
+            else "the control ties the chosen setting: what wins is the Q/K scale, not the impulse structure"
+        )
+        lines.append(
+            f"- The control minus the chosen setting, paired by cell and seed ({len(pairs)} pairs): "
+            f"{mean:+.2f} ± {se:.2f} (standard error): {verdict}{pending}."
+        )
+    return "\n".join(lines) + "\n"
+
+
 def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid], protocol: list[Grid]) -> None:
     """The ledger (docs/convergence-runs.jsonl), docs/convergence.csv (one row per run), a curves figure
     per grid, and the tables of docs/convergence.md between its markers. What needs a curve (early
@@ -404,13 +458,14 @@ def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid], protoc
         sections.append(section)
     hours = sum(r["wall_secs"] for r in rows) / 3600
     table = acceptance(rows, protocol)
+    rule = decision(rows, protocol)
     goals = (
         "### Acceptance\n\nThe issue's goals at convergence, on the test set, for structinit's default, the chosen "
         "setting and its control solved on noise (seed means; where the control ties the chosen setting, what wins "
         f"is the Q/K scale, not the impulse structure):\n\n{table}\n"
         if table
         else ""
-    )
+    ) + (f"### Decision\n\nThe rule of the Status section, on the test set:\n\n{rule}\n" if rule else "")
     body = (
         f"Finished runs: {len(rows)}, {hours:.1f} h of run wall-clock (two at a time).\n\n"
         + goals

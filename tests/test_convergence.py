@@ -273,6 +273,50 @@ def test_acceptance_checks_the_issue_goals_on_seed_means_and_says_pending_until_
     assert study.acceptance(rows[:2], grids) == ""  # timm alone: nothing to check, no table
 
 
+def test_decision_applies_the_fixed_rule_and_pairs_the_control_by_seed():
+    """The chosen setting becomes the default only if it is at least timm and above the default in every
+    cell; the control ties it unless it falls short by more than two standard errors of the paired
+    differences."""
+    study = load_benchmark("study_convergence")
+    chosen, control = study.CHOSEN[0], study.CONTROL[0]
+    grids = [
+        study.Grid("light", 6, 200, ["timm", "impulse", chosen, control], [0, 1]),
+        study.Grid("light", 6, 500, ["timm", "impulse", chosen], [0, 1]),
+    ]
+
+    def row(init, seed, top1, per_class=200):
+        return dict(grid="light-h6", per_class=per_class, init=init, seed=seed, top1=top1)
+
+    rows = [
+        *(row("timm", s, 50.0) for s in (0, 1)),
+        *(row("impulse", s, 49.0) for s in (0, 1)),
+        row(chosen, 0, 51.0),
+        row(chosen, 1, 52.0),
+        row(control, 0, 48.0),  # -3
+        row(control, 1, 48.5),  # -3.5: mean -3.25, standard error 0.25
+        *(row("timm", s, 60.0, per_class=500) for s in (0, 1)),
+        *(row("impulse", s, 60.5, per_class=500) for s in (0, 1)),
+        *(row(chosen, s, 60.0, per_class=500) for s in (0, 1)),  # ties timm, below the default
+    ]
+    assert study.decision(rows, grids).splitlines() == [
+        "- The chosen setting minus timm, per cell: light-h6/200 +1.50; light-h6/500 +0.00. "
+        "At least timm's in every cell: yes.",
+        "- The chosen setting minus the default, per cell: light-h6/200 +2.50; light-h6/500 -0.50. "
+        "Above it in every cell: no (light-h6/500).",
+        "- **The chosen setting becomes the default: no**.",
+        "- The control minus the chosen setting, paired by cell and seed (2 pairs): -3.25 ± 0.25 (standard "
+        "error): the chosen setting is ahead: the impulse structure counts.",
+    ]
+    # the default's runs at 500 lower: the rule is met; the control one point either side: a tie
+    better = [r for r in rows if not (r["init"] == "impulse" and r["per_class"] == 500)]
+    tied = [r if r["init"] != control else {**r, "top1": 52.0 - r["seed"]} for r in better]  # +1, -1
+    lines = study.decision([*tied, row("impulse", 0, 59.0, per_class=500)], grids).splitlines()
+    assert lines[2] == "- **The chosen setting becomes the default: yes** (pending: 1 more run)."
+    tie = "the control ties the chosen setting: what wins is the Q/K scale, not the impulse structure"
+    assert lines[3].endswith(f"(2 pairs): +0.00 ± 1.00 (standard error): {tie} (pending: 1 more run).")
+    assert study.decision([r for r in rows if r["init"] != chosen], grids) == ""  # nothing to decide
+
+
 def test_smoke_convergence_study_runs_levers_on_validation_and_the_protocol_on_test(tmp_path):
     study = load_benchmark("study_convergence")
     data = make_imagefolder(tmp_path / "images", 32, per_class=12, classes=["a", "b", "c"])
