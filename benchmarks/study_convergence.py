@@ -402,7 +402,8 @@ def decision(rows: list[dict[str, Any]], grids: list[Grid]) -> str:
         verdict = "yes" if not below[other] else f"no ({', '.join(below[other])})"
         lines.append(f"- The chosen setting minus {name}, per cell: {'; '.join(gains[other])}. {goal}: {verdict}.")
     wins = not below["timm"] and not below["impulse"]
-    lines.append(f"- **The chosen setting becomes the default: {'yes' if wins else 'no'}**{pending}.")
+    so_far = " so far" if missing else ""
+    lines.append(f"- **The chosen setting becomes the default: {'yes' if wins else 'no'}{so_far}**{pending}.")
     if len(pairs) > 1:
         mean, se = statistics.mean(pairs), statistics.stdev(pairs) / len(pairs) ** 0.5
         structure = mean < -2 * se

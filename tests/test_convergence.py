@@ -311,7 +311,7 @@ def test_decision_applies_the_fixed_rule_and_pairs_the_control_by_seed():
     better = [r for r in rows if not (r["init"] == "impulse" and r["per_class"] == 500)]
     tied = [r if r["init"] != control else {**r, "top1": 52.0 - r["seed"]} for r in better]  # +1, -1
     lines = study.decision([*tied, row("impulse", 0, 59.0, per_class=500)], grids).splitlines()
-    assert lines[2] == "- **The chosen setting becomes the default: yes** (pending: 1 more run)."
+    assert lines[2] == "- **The chosen setting becomes the default: yes so far** (pending: 1 more run)."
     tie = "the control ties the chosen setting: what wins is the Q/K scale, not the impulse structure"
     assert lines[3].endswith(f"(2 pairs): +0.00 ± 1.00 (standard error): {tie} (pending: 1 more run).")
     assert study.decision([r for r in rows if r["init"] != chosen], grids) == ""  # nothing to decide
