@@ -148,7 +148,7 @@ def test_vproj_keep_leaves_value_and_projection_as_they_were(make_vit):
     model = make_vit()
     structinit.initialize(model, "timm", seed=0)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    report = structinit.initialize(model, "impulse", seed=0, vproj="keep")
+    report = structinit.initialize(model, "impulse-sharp", seed=0, vproj="keep")
     dim = model.embed_dim
     for i, block in enumerate(model.blocks):
         qkv = block.attn.qkv.weight
@@ -163,8 +163,8 @@ def test_vproj_keep_leaves_value_and_projection_as_they_were(make_vit):
 def test_scale_content_gives_the_default_first_layer_maps_on_images_from_small_weights(make_vit, images):
     grown = make_vit()
     shrunk = copy.deepcopy(grown)
-    structinit.initialize(grown, "impulse", seed=0)
-    report = structinit.initialize(shrunk, "impulse", seed=0, scale="content")
+    structinit.initialize(grown, "impulse-sharp", seed=0)
+    report = structinit.initialize(shrunk, "impulse-sharp", seed=0, scale="content")
     assert report.options["scale"] == "content" and report.min_fidelity >= 0.97
     # the position embedding keeps timm's scale: the patch projection and class token carry the ratio
     factor = grown.pos_embed.detach().std() / shrunk.pos_embed.detach().std()
@@ -191,7 +191,7 @@ def test_scale_content_needs_a_linear_patch_embedding(make_vit):
     model = make_vit()
     model.patch_embed.norm = torch.nn.LayerNorm(model.embed_dim)
     with pytest.raises(ValueError, match="scale=content divides the patch projection, and this model's patch"):
-        structinit.initialize(model, "impulse", seed=0, scale="content")
+        structinit.initialize(model, "impulse-sharp", seed=0, scale="content")
     with pytest.raises(ValueError, match="scale"):
         structinit.initialize(make_vit(), "impulse", seed=0, scale="patch")
 

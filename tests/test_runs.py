@@ -375,7 +375,7 @@ def test_the_init_gives_the_same_weights_however_the_model_was_constructed():
         if patch_embed is not None:
             model.patch_embed.load_state_dict(patch_embed)
         patch_embed = model.patch_embed.state_dict()
-        initialize(model, "impulse", seed=0)
+        initialize(model, "impulse-sharp", seed=0)
         states.append({k: v for k, v in model.state_dict().items() if "attn" in k or k in ("pos_embed", "cls_token")})
     assert states[0].keys() == states[1].keys() and all(torch.equal(states[0][k], states[1][k]) for k in states[0])
 

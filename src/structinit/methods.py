@@ -37,6 +37,7 @@ from .method_options import (
     SwinImpulseOptions,
 )
 from .mixer_init import init_mixer_impulse
+from .options import VARIANTS
 from .report import HeadReport, LayerReport, Report
 from .solvers import PseudoInput, authors_closed_form, balanced_factors, closed_form, gain_for_fidelity, refine
 from .swin_init import init_swin_impulse
@@ -49,7 +50,8 @@ def initialize(
     """Initialise `model` in place with `method` and return a report.
 
     Vision transformers: "timm", "kaiming", "mimetic", "impulse"; see each `init_*` function for its
-    options. `kernel_size` (default 3) is the f of the f x f kernel: the impulse offsets, and the
+    options. A named setting of a method (options.VARIANTS: "impulse-sharp", the paper's sharp form,
+    and "impulse-authors") is taken too, keywords overriding its options. `kernel_size` (default 3) is the f of the f x f kernel: the impulse offsets, and the
     offsets against which every method's attention maps are measured in the report.
     Swin v1: "timm", "kaiming", "mimetic", "impulse" (through the relative-position bias,
     swin_init.py); MLP-Mixer: "timm", "kaiming", "impulse" (the token-mixing MLP, mixer_init.py);
@@ -164,6 +166,8 @@ def _split_method(method: str | MethodOptions, options: dict[str, Any]) -> tuple
         return method.method, method
     if not isinstance(method, str):
         raise TypeError(f"method must be a name such as 'impulse' or an options object, got {method!r}")
+    if method in VARIANTS:  # a named setting of a method, e.g. impulse-sharp; keywords override it
+        return VARIANTS[method][0], {**VARIANTS[method][1], **options}
     return method, options
 
 
