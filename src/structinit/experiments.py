@@ -133,14 +133,31 @@ def _check_same_recipe(config: TrainConfig, rerun: bool) -> None:
         return
     saved = identity(dataclasses.asdict(read_config(path)))
     asked = identity(dataclasses.asdict(config))
-    differ = [k for k in asked if saved.get(k) != asked[k]]
-    if not differ:
+    listed = ", ".join(f"{flag(k)} {saved.get(k)!r} (now {asked[k]!r})" for k in asked if saved.get(k) != asked[k])
+    if not listed:
+        listed = _changed_init_options(config)
+    if not listed:
         return
     if rerun:
         shutil.rmtree(config.out)
         return
-    listed = ", ".join(f"{flag(k)} {saved.get(k)!r} (now {asked[k]!r})" for k in differ)
     raise RunError(f"{config.out} was made with {listed}: use another --out, or --rerun to train it again")
+
+
+def _changed_init_options(config: TrainConfig) -> str:
+    """The init options a run recorded that its label no longer resolves to (a default changed since),
+    as 'init X with name=old (now new), ...'; empty when they agree or the run recorded none."""
+    from .methods import options_now
+    from .options import DEFAULT, parse_init
+
+    report = Path(config.out) / "init_report.json"
+    method, given = parse_init(config.init)
+    if method == DEFAULT or not report.exists():
+        return ""
+    recorded = json.loads(report.read_text())["options"]
+    now = options_now(method, given, recorded) or {}
+    differ = [f"{k}={recorded[k]!r} (now {v!r})" for k, v in now.items() if recorded[k] != v]
+    return f"init {config.init!r} with {', '.join(differ)}" if differ else ""
 
 
 def _run_all(

@@ -14,7 +14,7 @@ import time
 import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -51,8 +51,9 @@ def initialize(
 
     Vision transformers: "timm", "kaiming", "mimetic", "impulse"; see each `init_*` function for its
     options. A named setting of a method (options.VARIANTS: "impulse-sharp", the paper's sharp form,
-    and "impulse-authors") is taken too, keywords overriding its options. `kernel_size` (default 3) is the f of the f x f kernel: the impulse offsets, and the
-    offsets against which every method's attention maps are measured in the report.
+    and "impulse-authors") is taken too, keywords overriding its options. `kernel_size` (default 3)
+    is the f of the f x f kernel: the impulse offsets, and the offsets against which every method's
+    attention maps are measured in the report.
     Swin v1: "timm", "kaiming", "mimetic", "impulse" (through the relative-position bias,
     swin_init.py); MLP-Mixer: "timm", "kaiming", "impulse" (the token-mixing MLP, mixer_init.py);
     `structinit init --list-models` lists every family.
@@ -169,6 +170,17 @@ def _split_method(method: str | MethodOptions, options: dict[str, Any]) -> tuple
     if method in VARIANTS:  # a named setting of a method, e.g. impulse-sharp; keywords override it
         return VARIANTS[method][0], {**VARIANTS[method][1], **options}
     return method, options
+
+
+def options_now(method: str, given: dict[str, Any], recorded: dict[str, Any]) -> dict[str, Any] | None:
+    """What `method` with `given` options resolves to with today's defaults, in the options class whose
+    fields a run's recorded options have (its model's family); None where none has them. A run made
+    before a default changed records other values under the same init label."""
+    names = set(recorded) - {"kernel_size"}
+    for cls in option_classes(method):
+        if {f.name for f in fields(cls)} == names:
+            return cls.build(method, {k: v for k, v in given.items() if k != "kernel_size"}).to_dict()
+    return None
 
 
 def _resolve(cls: type[MethodOptions], method: str, given: dict | MethodOptions) -> MethodOptions:
