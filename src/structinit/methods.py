@@ -14,7 +14,7 @@ import time
 import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -475,7 +475,7 @@ def check_options(method: str, options: dict[str, Any]) -> None:
             return
         except (TypeError, ValueError) as error:
             errors.append(error)
-    known = sorted({f for cls in classes for f in cls.__dataclass_fields__})
+    known = sorted({f.name for cls in classes for f in fields(cls)})
     unknown = sorted(set(options) - set(known))
     if unknown:
         listed = ", ".join(known) or "none"
