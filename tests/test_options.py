@@ -100,8 +100,13 @@ def test_every_value_is_checked_when_the_options_are_made(values, error, message
 
 
 def test_labels_are_checked_against_the_options_of_any_family():
-    with pytest.raises(TypeError, match=r"unknown option\(s\) target_fidlity for method 'impulse'; its options are: "):
+    with pytest.raises(
+        TypeError, match=r"unknown option\(s\) target_fidlity for method 'impulse'; its options are: "
+    ) as error:
         parse_init("impulse[target_fidlity=0.3]")
+    listed = str(error.value).split("its options are: ")[1].split(", ")
+    assert "target_fidelity" in listed and "unit_bias" in listed and "freeze" in listed  # every family's
+    assert "method" not in listed and "what" not in listed  # class attributes, not options
     with pytest.raises(ValueError, match=r"target_fidelity must be in \(0, 1\), got 2"):
         parse_init("impulse[target_fidelity=2]")
     assert parse_init("impulse[unit_bias=2.0]") == ("impulse", {"unit_bias": 2.0})  # MLP-Mixer's impulse

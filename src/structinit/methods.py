@@ -491,7 +491,7 @@ def check_options(method: str, options: dict[str, Any]) -> None:
             return
         except (TypeError, ValueError) as error:
             errors.append(error)
-    known = sorted({f for cls in classes for f in cls.__dataclass_fields__})
+    known = sorted({f.name for cls in classes for f in fields(cls)})
     unknown = sorted(set(options) - set(known))
     if unknown:
         listed = ", ".join(known) or "none"
