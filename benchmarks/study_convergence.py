@@ -372,36 +372,36 @@ def decision(rows: list[dict[str, Any]], grids: list[Grid]) -> str:
     structure counts; otherwise what wins is the Q/K scale). Pending until every seed has finished."""
     chosen, control = CHOSEN[0], CONTROL[0]
     cells = [g for g in grids if chosen in g.inits]
-    lines, missing = [], 0
-    gains: dict[str, list[str]] = {"timm": [], "impulse-sharp": []}
-    below: dict[str, list[str]] = {"timm": [], "impulse-sharp": []}
-    pairs = []
+    lines, missing, pairs = [], 0, []
+    gaps: dict[str, list[tuple[str, float]]] = {"timm": [], "impulse-sharp": []}  # (cell, chosen minus other)
     for g in cells:
         runs = by_init(r for r in rows if r["grid"] == g.name and r["per_class"] == g.per_class)
         missing += sum(len(g.seeds) - len(runs.get(init, [])) for init in ("timm", "impulse-sharp", chosen))
         if chosen not in runs:
             continue
         mean = statistics.mean(r["top1"] for r in runs[chosen])
-        for other in gains:
+        for other in gaps:
             if other in runs:
-                gap = mean - statistics.mean(r["top1"] for r in runs[other])
-                gains[other].append(f"{g.name}/{g.per_class} {gap:+.2f}")
-                if gap < 0 or (other == "impulse-sharp" and gap == 0):
-                    below[other].append(f"{g.name}/{g.per_class}")
+                gaps[other].append((f"{g.name}/{g.per_class}", mean - statistics.mean(r["top1"] for r in runs[other])))
         if control in g.inits:
             missing += len(g.seeds) - len(runs.get(control, []))
             ours = {r["seed"]: r["top1"] for r in runs[chosen]}
             pairs += [r["top1"] - ours[r["seed"]] for r in runs.get(control, []) if r["seed"] in ours]
-    if not gains["timm"]:
+    if not gaps["timm"]:
         return ""
     pending = f" (pending: {missing} more run{'s' * (missing != 1)})" if missing else ""
+    failed = {  # at least timm's; strictly above the default's
+        "timm": [cell for cell, gap in gaps["timm"] if gap < 0],
+        "impulse-sharp": [cell for cell, gap in gaps["impulse-sharp"] if gap <= 0],
+    }
     for other, name, goal in (
         ("timm", "timm", "At least timm's in every cell"),
         ("impulse-sharp", "the former default", "Above it in every cell"),
     ):
-        verdict = "yes" if not below[other] else f"no ({', '.join(below[other])})"
-        lines.append(f"- The chosen setting minus {name}, per cell: {'; '.join(gains[other])}. {goal}: {verdict}.")
-    wins = not below["timm"] and not below["impulse-sharp"]
+        verdict = f"no ({', '.join(failed[other])})" if failed[other] else "yes"
+        listed = "; ".join(f"{cell} {gap:+.2f}" for cell, gap in gaps[other])
+        lines.append(f"- The chosen setting minus {name}, per cell: {listed}. {goal}: {verdict}.")
+    wins = not failed["timm"] and not failed["impulse-sharp"]
     so_far = " so far" if missing else ""
     lines.append(f"- **The chosen setting becomes the default: {'yes' if wins else 'no'}{so_far}**{pending}.")
     if len(pairs) > 1:
