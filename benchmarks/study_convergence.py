@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
-import json
 import statistics
 import sys
 import time
@@ -51,11 +50,13 @@ from typing import Any
 from structinit.experiments import (
     NOT_RECIPE,
     collect,
+    read_ledger,
     results_markdown,
     run_configs,
     run_dir,
     time_to_accuracy,
     write_generated_section,
+    write_ledger,
 )
 from structinit.rundir import config_hash
 from structinit.train import TrainConfig
@@ -177,11 +178,9 @@ def run_key(row: dict[str, Any]) -> tuple[str, int, str, int]:
     return row["grid"], row["per_class"], row["init"], row["seed"]
 
 
-def read_ledger(docs: Path) -> dict[tuple, dict[str, Any]]:
+def ledger_by_run(docs: Path) -> dict[tuple, dict[str, Any]]:
     """The committed rows of docs/convergence-runs.jsonl, by run_key."""
-    path = docs / LEDGER
-    rows = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-    return {run_key(r): r for r in rows}
+    return {run_key(r): r for r in read_ledger(docs / LEDGER)}
 
 
 def rows_of(out: Path, grids: list[Grid], docs: Path) -> list[dict[str, Any]]:
@@ -189,7 +188,7 @@ def rows_of(out: Path, grids: list[Grid], docs: Path) -> list[dict[str, Any]]:
     (newer: they replace the ledger's), each grid directory read once (grids of one recipe and head
     count share it, one subset size each). Times to accuracy are recomputed over them all: the
     baseline's mean moves as its seeds come in, from whichever checkout trained them."""
-    rows = read_ledger(docs)
+    rows = ledger_by_run(docs)
     for name in dict.fromkeys(g.name for g in grids):
         if (out / name).exists():
             recipe = next(g.recipe for g in grids if g.name == name)
@@ -205,14 +204,10 @@ def rows_of(out: Path, grids: list[Grid], docs: Path) -> list[dict[str, Any]]:
     return kept
 
 
-def write_ledger(rows: list[dict[str, Any]], docs: Path) -> None:
-    (docs / LEDGER).write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
-
-
 def unfinished(runs: list[tuple[Grid, str, int]], data: str, out: Path, docs: Path, smoke: bool) -> list[TrainConfig]:
     """The TrainConfigs of the (grid, init, seed) runs that the ledger does not hold. Refuses a run the
     ledger holds from another recipe: its row would be mixed with runs of this one."""
-    ledger = read_ledger(docs)
+    ledger = ledger_by_run(docs)
     todo = []
     for grid, init, seed in runs:
         c = config(grid, init, seed, data, out, smoke)
@@ -427,7 +422,7 @@ def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid], protoc
 
     figures = docs / "figures"
     figures.mkdir(parents=True, exist_ok=True)
-    write_ledger(rows, docs)
+    write_ledger(docs / LEDGER, rows)
     with open(docs / "convergence.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, CSV_COLUMNS, extrasaction="ignore")
         writer.writeheader()

@@ -397,6 +397,18 @@ def reached(runs: list[dict[str, Any]], baseline: str = "timm") -> str:
     return f"{statistics.mean(got):.0f} ({len(got)}/{len(timed)})" if got else f"never (0/{len(timed)})"
 
 
+def read_ledger(path: Path) -> list[dict[str, Any]]:
+    """The rows of a study's committed ledger (JSON lines; none if `path` is absent): one per finished
+    run, curve included, so that its docs can be rewritten and its grids resumed on a checkout that
+    has no run directories."""
+    path = Path(path)
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def write_ledger(path: Path, rows: list[dict[str, Any]]) -> None:
+    Path(path).write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+
+
 def write_generated_section(path: Path, body: str, source: str, name: str = "tables") -> None:
     """Put `body` between the `<!-- NAME:begin -->` and `<!-- NAME:end -->` markers of the markdown
     file `path` (appended if the file lacks them): a script regenerates its tables without touching
