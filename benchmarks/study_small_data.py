@@ -297,6 +297,7 @@ def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid]) -> Non
         if not grid_rows:
             continue
         grid = next(g for g in grids if g.name == name)
+        drawn = any(r["curve"] is not None for r in grid_rows)  # else keep the figure of its runs' own time
         if grid.reference:
             cells = {(r["heads"], r["per_class"]) for r in grid_rows}
             grid_rows += [
@@ -305,10 +306,10 @@ def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid]) -> Non
                 if r["grid"] == grid.reference and r["seed"] in grid.seeds and (r["heads"], r["per_class"]) in cells
             ]
         figure, curved = figures / f"curves-{name}.png", [r for r in grid_rows if r["curve"] is not None]
-        if curved:
+        if drawn:
             plot_curves(curved, figure)
         caption = f"curves of {name}"
-        if not curved:
+        if not drawn:
             caption += (
                 " (drawn when its runs were at hand, before the default changed: its `impulse` is `impulse-sharp`)"
             )
