@@ -83,7 +83,8 @@ LAYER_INITS = ["impulse-sharp", "impulse-sharp[propagate=True]", "impulse-sharp[
 CONDITIONING_ROWS = [
     ("study ViT, 12 heads, learned table", "vit_d6_p4", {"num_heads": 12}, 32),
     ("v1 ViT (GAP, sin-cos), 12 heads", "vit_d6_p4_gap_sincos", {"num_heads": 12}, 32),
-    ("ViT-T/16, 224 px, 3 heads", "vit_tiny_patch16_224", {"img_size": 224}, 224),
+    # dynamic_img_size: the trainer refuses a fixed img_size that does not fit the 32 px data
+    ("ViT-T/16, 224 px, 3 heads", "vit_tiny_patch16_224", {"img_size": 224, "dynamic_img_size": True}, 224),
 ]
 CONDITIONING_INITS = [
     "timm",
