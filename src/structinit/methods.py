@@ -295,17 +295,19 @@ def init_impulse(
     comparison (see `authors_closed_form`); with assignment="ordered" and blind_to_content=False it
     is their impulse init.
 
-    The authors' scales: the position embedding is multiplied by 18, so that it weighs more against
-    the patch content on real images. Here `pos_scale` rescales it to a standard deviation of
+    The defaults (target_fidelity 0.3, pos_scale None, vproj "keep") are the setting that ended best
+    at convergence (docs/convergence.md); the paper's form is the variant "impulse-sharp" (0.98, 18,
+    "mimetic"). The authors' scales: the position embedding is multiplied by 18, so that it weighs
+    more against the patch content on real images. Here `pos_scale` rescales it to a standard deviation of
     pos_scale x 0.02 (timm's init std): x18 on a fresh timm model, and the same result if the init
     is applied twice; `pos_scale=None` leaves it as it is. A frozen (fixed, e.g. sin-cos) table is
     always left as it is. `scale="content"` reaches the same ratio the other way: the position
     embedding keeps its scale and the patch projection (weight and bias) and the prefix tokens are
     divided by the factor it would have been multiplied by. Every layer norm sees the same token up
-    to that factor, so layer 0's maps on images are the default's; the ratio then sits in small
+    to that factor, so layer 0's maps on images are those of the grown embedding; the ratio sits in small
     weights, which Adam's lr-sized steps change quickly, instead of in a large embedding they barely
     move (docs/convergence.md). The blocks' outputs weigh that factor more against the smaller
-    residual stream, so deeper layers differ from the default's. Unlike growing the position
+    residual stream, so deeper layers differ from the grown embedding's. Unlike growing the position
     embedding to a set scale, this divides whatever the patch projection holds: apply it once.
     `propagate`: layer i + 1 is solved on the output of block i (already initialised) for the pseudo
     tokens, what it receives from a blank image, instead of on its norm of the pseudo tokens themselves
