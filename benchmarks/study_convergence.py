@@ -49,12 +49,11 @@ from typing import Any
 
 from structinit.experiments import (
     NOT_RECIPE,
-    collect,
+    ledger_and_runs,
     read_ledger,
     results_markdown,
     run_configs,
     run_dir,
-    time_to_accuracy,
     write_generated_section,
     write_ledger,
 )
@@ -184,24 +183,10 @@ def ledger_by_run(docs: Path) -> dict[tuple, dict[str, Any]]:
 
 
 def rows_of(out: Path, grids: list[Grid], docs: Path) -> list[dict[str, Any]]:
-    """The finished runs of `grids`: the ledger's rows, and those of the run directories under `out`
-    (newer: they replace the ledger's), each grid directory read once (grids of one recipe and head
-    count share it, one subset size each). Times to accuracy are recomputed over them all: the
-    baseline's mean moves as its seeds come in, from whichever checkout trained them."""
-    rows = ledger_by_run(docs)
-    for name in dict.fromkeys(g.name for g in grids):
-        if (out / name).exists():
-            recipe = next(g.recipe for g in grids if g.name == name)
-            for r in collect(out / name):
-                row = {**r, "grid": name, "recipe": recipe, "recipe_hash": r["recipe"]}
-                rows[run_key(row)] = row
-    order = {(g.name, g.per_class): i for i, g in enumerate(grids)}
-    kept = sorted(
-        (r for r in rows.values() if (r["grid"], r["per_class"]) in order),
-        key=lambda r: (order[r["grid"], r["per_class"]], r["init"], r["seed"]),
-    )
-    time_to_accuracy(kept)
-    return kept
+    """The finished runs of `grids`: the ledger's and those under `out` (experiments.ledger_and_runs;
+    grids of one recipe and head count share a directory, one subset size each)."""
+    cells = [(g.name, g.per_class) for g in grids]
+    return ledger_and_runs(read_ledger(docs / LEDGER), out, cells, {g.name: g.recipe for g in grids})
 
 
 def unfinished(runs: list[tuple[Grid, str, int]], data: str, out: Path, docs: Path, smoke: bool) -> list[TrainConfig]:

@@ -40,10 +40,10 @@ from structinit.experiments import (
     NOT_RECIPE,
     collect,
     compare,
+    ledger_and_runs,
     read_ledger,
     results_markdown,
     run_dir,
-    time_to_accuracy,
     write_generated_section,
     write_ledger,
 )
@@ -258,23 +258,9 @@ def protocol_timing(parts: dict[str, list[Grid]], data: str, out: Path, docs: Pa
 
 
 def study_rows(out: Path, grids: list[Grid], docs: Path) -> list[dict[str, Any]]:
-    """The finished runs of `grids`: the ledger's rows and those of the run directories under OUT
-    (newer: they replace the ledger's), in the grids' order. Times to accuracy are recomputed over
-    them all: timm's mean final top-1 moves as runs come in, from whichever checkout trained them."""
-    rows = recorded_runs(docs)
-    for name in dict.fromkeys(g.name for g in grids):
-        if (out / name).exists():
-            recipe = recipe_name(next(g for g in grids if g.name == name))
-            for r in collect(out / name):
-                row = {**r, "grid": name, "recipe": recipe, "recipe_hash": r["recipe"]}
-                rows[run_key(row)] = row
-    order = {(g.name, g.per_class): i for i, g in enumerate(grids)}
-    kept = sorted(
-        (r for r in rows.values() if (r["grid"], r["per_class"]) in order),
-        key=lambda r: (order[r["grid"], r["per_class"]], r["init"], r["seed"]),
-    )
-    time_to_accuracy(kept)
-    return kept
+    """The finished runs of `grids`: the ledger's and those under OUT (experiments.ledger_and_runs)."""
+    cells = [(g.name, g.per_class) for g in grids]
+    return ledger_and_runs(read_ledger(docs / LEDGER), out, cells, {g.name: recipe_name(g) for g in grids})
 
 
 def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid]) -> None:

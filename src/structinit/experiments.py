@@ -409,6 +409,33 @@ def write_ledger(path: Path, rows: list[dict[str, Any]]) -> None:
     Path(path).write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
 
 
+def ledger_and_runs(
+    ledger: list[dict[str, Any]], out: Path, cells: list[tuple[str, int]], recipes: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """A study's finished runs of `cells` ((grid, per class), in the study's order): the ledger's rows
+    and those of the run directories under OUT/<grid> (newer: they replace the ledger's), each row
+    named by its grid and the grid's recipe (`recipes`, by grid; the run's own hash kept as
+    `recipe_hash`). Times to accuracy are recomputed over them all: the baseline's mean moves as
+    runs come in, from whichever checkout trained them."""
+
+    def key(row: dict[str, Any]) -> tuple:
+        return row["grid"], row["per_class"], row["init"], row["seed"]
+
+    rows = {key(r): r for r in ledger}
+    for name, recipe in recipes.items():
+        if (out / name).exists():
+            for r in collect(out / name):
+                row = {**r, "grid": name, "recipe": recipe, "recipe_hash": r["recipe"]}
+                rows[key(row)] = row
+    order = {cell: i for i, cell in enumerate(cells)}
+    kept = sorted(
+        (r for r in rows.values() if (r["grid"], r["per_class"]) in order),
+        key=lambda r: (order[r["grid"], r["per_class"]], r["init"], r["seed"]),
+    )
+    time_to_accuracy(kept)
+    return kept
+
+
 def write_generated_section(path: Path, body: str, source: str, name: str = "tables") -> None:
     """Put `body` between the `<!-- NAME:begin -->` and `<!-- NAME:end -->` markers of the markdown
     file `path` (appended if the file lacks them): a script regenerates its tables without touching
