@@ -49,8 +49,9 @@ METHODS = {
     "kaiming": ("kaiming", {}),
     "mimetic": ("mimetic", {}),
     "impulse (closed form)": ("impulse", {}),
-    "impulse (refine)": ("impulse", {"solver": "refine"}),
-    "impulse (authors' solver)": ("impulse", {"solver": "authors", "assignment": "ordered", "blind_to_content": False}),
+    "impulse-sharp (closed form)": ("impulse-sharp", {}),
+    "impulse-sharp (refine)": ("impulse-sharp", {"solver": "refine"}),
+    "impulse-authors": ("impulse-authors", {}),
 }
 
 

@@ -57,28 +57,43 @@ INITS = [
     "kaiming",
     "mimetic",
     "impulse-authors",
-    "impulse[target_fidelity=0.7]",
-    "impulse[target_fidelity=0.9]",
+    "impulse-sharp[target_fidelity=0.7]",
+    "impulse-sharp[target_fidelity=0.9]",
+    "impulse-sharp",
     "impulse",
-    "impulse[target_fidelity=0.995]",
+    "impulse-sharp[target_fidelity=0.995]",
 ]
 # part -> (model kwargs per row, inits)
 PARTS = {
     "study": ([{"num_heads": 12}, {"num_heads": 3}], INITS),
     "width128": (
         [{"embed_dim": 128, "depth": 8, "num_heads": h} for h in (4, 8, 16)],
-        ["timm", "mimetic", "impulse", "impulse[blind_to_content=False]", "impulse[target_fidelity=0.9]"],
+        [
+            "timm",
+            "mimetic",
+            "impulse-sharp",
+            "impulse-sharp[blind_to_content=False]",
+            "impulse-sharp[target_fidelity=0.9]",
+        ],
     ),
 }
 LAYER_ROWS = [{"num_heads": 12}, {"num_heads": 3}, {"embed_dim": 128, "depth": 8, "num_heads": 16}]
-LAYER_INITS = ["impulse", "impulse[propagate=True]", "impulse[propagate=True,blind_to_content=False]"]
+LAYER_INITS = ["impulse-sharp", "impulse-sharp[propagate=True]", "impulse-sharp[propagate=True,blind_to_content=False]"]
 # (label, model, model kwargs, image size); ViT-T is built at 224 px and fed upsampled images
 CONDITIONING_ROWS = [
     ("study ViT, 12 heads, learned table", "vit_d6_p4", {"num_heads": 12}, 32),
     ("v1 ViT (GAP, sin-cos), 12 heads", "vit_d6_p4_gap_sincos", {"num_heads": 12}, 32),
-    ("ViT-T/16, 224 px, 3 heads", "vit_tiny_patch16_224", {"img_size": 224}, 224),
+    # dynamic_img_size: the trainer refuses a fixed img_size that does not fit the 32 px data
+    ("ViT-T/16, 224 px, 3 heads", "vit_tiny_patch16_224", {"img_size": 224, "dynamic_img_size": True}, 224),
 ]
-CONDITIONING_INITS = ["timm", "mimetic", "impulse[rcond=1e-05]", "impulse[rcond=0.03]", "impulse", "impulse[rcond=0.3]"]
+CONDITIONING_INITS = [
+    "timm",
+    "mimetic",
+    "impulse-sharp[rcond=1e-05]",
+    "impulse-sharp[rcond=0.03]",
+    "impulse-sharp",
+    "impulse-sharp[rcond=0.3]",
+]
 
 
 def assigned_fidelity(model: nn.Module, report: structinit.Report, images: torch.Tensor) -> list[float]:

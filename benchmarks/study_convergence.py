@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
-import json
 import statistics
 import sys
 import time
@@ -50,12 +49,13 @@ from typing import Any
 
 from structinit.experiments import (
     NOT_RECIPE,
-    collect,
+    ledger_and_runs,
+    read_ledger,
     results_markdown,
     run_configs,
     run_dir,
-    time_to_accuracy,
     write_generated_section,
+    write_ledger,
 )
 from structinit.rundir import config_hash
 from structinit.train import TrainConfig
@@ -71,7 +71,7 @@ RECIPES: dict[str, dict[str, Any]] = {
     "light": {"preset": "cpu-quick", "lr": 5e-4, "warmup": 0.05},
     "small-data": {"preset": "small-data", "lr": 1e-3, "warmup": 1 / 6},
 }
-BASELINES = ["timm", "mimetic", "impulse-authors", "impulse"]
+BASELINES = ["timm", "mimetic", "impulse-authors", "impulse-sharp"]  # impulse-sharp: the default until d3b12c9
 SEEDS = [0, 1, 2]
 SNAPSHOTS = [0, 1, 2, 5, 10, 20, 40, 70, 100]  # epochs of seed 0's weights kept for the mechanism (200/class)
 
@@ -99,29 +99,29 @@ class Grid:
 CONTROL = ["impulse[target_fidelity=0.3,pos_scale=None,vproj=keep,pseudo_input=gaussian]"]
 # Each lever changes one thing of the default (or is a combination of single changes that won).
 LEVER_INITS = [
-    "impulse[target_fidelity=0.7]",  # softer maps: the softmax is not saturated, its Jacobian not ~0
-    "impulse[pos_scale=None]",  # the position embedding at timm's scale, not x18
-    "impulse[vproj=keep]",  # V/proj at timm's init instead of the mimetic form
+    "impulse-sharp[target_fidelity=0.7]",  # softer maps: the softmax is not saturated, its Jacobian not ~0
+    "impulse-sharp[pos_scale=None]",  # the position embedding at timm's scale, not x18
+    "impulse-sharp[vproj=keep]",  # V/proj at timm's init instead of the mimetic form
     "impulse[target_fidelity=0.7,pos_scale=None,vproj=keep]",  # only the attention maps: easy to leave
     # added after the first results: softer maps were the one lever that gained in both recipes
     # (0.98 -> 0.7: +1.5 / +1.4), so they go further first; the rest follow in order of promise
     "impulse[target_fidelity=0.3,pos_scale=None,vproj=keep]",
-    "impulse[target_fidelity=0.3]",
-    "impulse[target_fidelity=0.5]",
-    "impulse[kernel_size=5]",
-    "impulse[pos_scale=6]",
-    "impulse[blind_to_content=False]",
-    "impulse[solver=refine]",
+    "impulse-sharp[target_fidelity=0.3]",
+    "impulse-sharp[target_fidelity=0.5]",
+    "impulse-sharp[kernel_size=5]",
+    "impulse-sharp[pos_scale=6]",
+    "impulse-sharp[blind_to_content=False]",
+    "impulse-sharp[solver=refine]",
     # added after the chosen setting was found to make no impulse on images (the position embedding at
     # timm's scale leaves layer 0 0.02 on its assigned offsets, entropy 0.97 of uniform): soft maps
     # and timm's V/proj with the position embedding large enough for the impulse to reach the images
-    "impulse[target_fidelity=0.3,vproj=keep]",
+    "impulse-sharp[target_fidelity=0.3,vproj=keep]",
     "impulse[target_fidelity=0.3,pos_scale=6,vproj=keep]",
     # added after those ended below the chosen setting: the same x18 ratio reached by dividing the patch
     # projection and prefix tokens (layer 0's maps on images unchanged), so that the ratio sits in
     # small weights Adam's lr-sized steps change quickly instead of a large embedding they barely move
-    "impulse[scale=content]",
-    "impulse[target_fidelity=0.3,scale=content,vproj=keep]",
+    "impulse-sharp[scale=content]",
+    "impulse-sharp[target_fidelity=0.3,scale=content,vproj=keep]",
     *CONTROL,
 ]
 LEVERS = [Grid(recipe, 6, 200, [*BASELINES, *LEVER_INITS], [0], val=True) for recipe in RECIPES]
@@ -131,15 +131,15 @@ LEVERS = [Grid(recipe, 6, 200, [*BASELINES, *LEVER_INITS], [0], val=True) for re
 CHOSEN = ["impulse[target_fidelity=0.3,pos_scale=None,vproj=keep]"]
 PROTOCOL = [
     *(Grid(recipe, heads, 200, [*BASELINES, *CHOSEN, *CONTROL], SEEDS) for heads in (6, 2) for recipe in RECIPES),
-    *(Grid(recipe, 6, 500, ["timm", "mimetic", "impulse", *CHOSEN], SEEDS) for recipe in RECIPES),
+    *(Grid(recipe, 6, 500, ["timm", "mimetic", "impulse-sharp", *CHOSEN], SEEDS) for recipe in RECIPES),
 ]
 EXTENDED = [
     *(Grid(recipe, 6, 100, [*BASELINES, *CHOSEN], SEEDS) for recipe in RECIPES),
-    *(Grid(recipe, 2, 500, ["timm", "mimetic", "impulse", *CHOSEN], SEEDS) for recipe in RECIPES),
+    *(Grid(recipe, 2, 500, ["timm", "mimetic", "impulse-sharp", *CHOSEN], SEEDS) for recipe in RECIPES),
 ]
 # one epoch, tiny subsets and a 1-block model: the pipeline, not the numbers
 SMOKE_LEVERS = [Grid("light", 6, 8, ["timm", "impulse[target_fidelity=0.7]"], [0], val=True)]
-SMOKE_PROTOCOL = [Grid(recipe, 6, 8, ["timm", "impulse"], [0]) for recipe in RECIPES]
+SMOKE_PROTOCOL = [Grid(recipe, 6, 8, ["timm", "impulse-sharp"], [0]) for recipe in RECIPES]
 
 
 def config(grid: Grid, init: str, seed: int, data: str, out: Path, smoke: bool) -> TrainConfig:
@@ -177,42 +177,22 @@ def run_key(row: dict[str, Any]) -> tuple[str, int, str, int]:
     return row["grid"], row["per_class"], row["init"], row["seed"]
 
 
-def read_ledger(docs: Path) -> dict[tuple, dict[str, Any]]:
+def ledger_by_run(docs: Path) -> dict[tuple, dict[str, Any]]:
     """The committed rows of docs/convergence-runs.jsonl, by run_key."""
-    path = docs / LEDGER
-    rows = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-    return {run_key(r): r for r in rows}
+    return {run_key(r): r for r in read_ledger(docs / LEDGER)}
 
 
 def rows_of(out: Path, grids: list[Grid], docs: Path) -> list[dict[str, Any]]:
-    """The finished runs of `grids`: the ledger's rows, and those of the run directories under `out`
-    (newer: they replace the ledger's), each grid directory read once (grids of one recipe and head
-    count share it, one subset size each). Times to accuracy are recomputed over them all: the
-    baseline's mean moves as its seeds come in, from whichever checkout trained them."""
-    rows = read_ledger(docs)
-    for name in dict.fromkeys(g.name for g in grids):
-        if (out / name).exists():
-            recipe = next(g.recipe for g in grids if g.name == name)
-            for r in collect(out / name):
-                row = {**r, "grid": name, "recipe": recipe, "recipe_hash": r["recipe"]}
-                rows[run_key(row)] = row
-    order = {(g.name, g.per_class): i for i, g in enumerate(grids)}
-    kept = sorted(
-        (r for r in rows.values() if (r["grid"], r["per_class"]) in order),
-        key=lambda r: (order[r["grid"], r["per_class"]], r["init"], r["seed"]),
-    )
-    time_to_accuracy(kept)
-    return kept
-
-
-def write_ledger(rows: list[dict[str, Any]], docs: Path) -> None:
-    (docs / LEDGER).write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+    """The finished runs of `grids`: the ledger's and those under `out` (experiments.ledger_and_runs;
+    grids of one recipe and head count share a directory, one subset size each)."""
+    cells = [(g.name, g.per_class) for g in grids]
+    return ledger_and_runs(read_ledger(docs / LEDGER), out, cells, {g.name: g.recipe for g in grids})
 
 
 def unfinished(runs: list[tuple[Grid, str, int]], data: str, out: Path, docs: Path, smoke: bool) -> list[TrainConfig]:
     """The TrainConfigs of the (grid, init, seed) runs that the ledger does not hold. Refuses a run the
     ledger holds from another recipe: its row would be mixed with runs of this one."""
-    ledger = read_ledger(docs)
+    ledger = ledger_by_run(docs)
     todo = []
     for grid, init, seed in runs:
         c = config(grid, init, seed, data, out, smoke)
@@ -338,7 +318,7 @@ def acceptance(rows: list[dict[str, Any]], grids: list[Grid]) -> str:
         goal = GAIN_AT_SMALL if small else 0.0
         timm = statistics.mean(r["top1"] for r in runs["timm"])
         mimetic = statistics.mean(r["top1"] for r in runs["mimetic"]) if "mimetic" in runs else float("nan")
-        for init in ["impulse", *CHOSEN, *CONTROL]:
+        for init in ["impulse-sharp", *CHOSEN, *CONTROL]:
             if init not in runs:
                 continue
             top1 = [r["top1"] for r in runs[init]]
@@ -373,10 +353,10 @@ def decision(rows: list[dict[str, Any]], grids: list[Grid]) -> str:
     chosen, control = CHOSEN[0], CONTROL[0]
     cells = [g for g in grids if chosen in g.inits]
     lines, missing, pairs = [], 0, []
-    gaps: dict[str, list[tuple[str, float]]] = {"timm": [], "impulse": []}  # (cell, chosen minus other)
+    gaps: dict[str, list[tuple[str, float]]] = {"timm": [], "impulse-sharp": []}  # (cell, chosen minus other)
     for g in cells:
         runs = by_init(r for r in rows if r["grid"] == g.name and r["per_class"] == g.per_class)
-        missing += sum(len(g.seeds) - len(runs.get(init, [])) for init in ("timm", "impulse", chosen))
+        missing += sum(len(g.seeds) - len(runs.get(init, [])) for init in ("timm", "impulse-sharp", chosen))
         if chosen not in runs:
             continue
         mean = statistics.mean(r["top1"] for r in runs[chosen])
@@ -392,16 +372,16 @@ def decision(rows: list[dict[str, Any]], grids: list[Grid]) -> str:
     pending = f" (pending: {missing} more run{'s' * (missing != 1)})" if missing else ""
     failed = {  # at least timm's; strictly above the default's
         "timm": [cell for cell, gap in gaps["timm"] if gap < 0],
-        "impulse": [cell for cell, gap in gaps["impulse"] if gap <= 0],
+        "impulse-sharp": [cell for cell, gap in gaps["impulse-sharp"] if gap <= 0],
     }
     for other, name, goal in (
         ("timm", "timm", "At least timm's in every cell"),
-        ("impulse", "the default", "Above it in every cell"),
+        ("impulse-sharp", "the former default", "Above it in every cell"),
     ):
         verdict = f"no ({', '.join(failed[other])})" if failed[other] else "yes"
         listed = "; ".join(f"{cell} {gap:+.2f}" for cell, gap in gaps[other])
         lines.append(f"- The chosen setting minus {name}, per cell: {listed}. {goal}: {verdict}.")
-    wins = not failed["timm"] and not failed["impulse"]
+    wins = not failed["timm"] and not failed["impulse-sharp"]
     so_far = " so far" if missing else ""
     lines.append(f"- **The chosen setting becomes the default: {'yes' if wins else 'no'}{so_far}**{pending}.")
     if len(pairs) > 1:
@@ -427,7 +407,7 @@ def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid], protoc
 
     figures = docs / "figures"
     figures.mkdir(parents=True, exist_ok=True)
-    write_ledger(rows, docs)
+    write_ledger(docs / LEDGER, rows)
     with open(docs / "convergence.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, CSV_COLUMNS, extrasaction="ignore")
         writer.writeheader()

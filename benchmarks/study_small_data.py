@@ -7,17 +7,21 @@ regenerated and an interrupted study resumes where it stopped (finished runs are
     .venv/bin/python benchmarks/study_small_data.py                 # protocol, extended grid, levers (hours)
     .venv/bin/python benchmarks/study_small_data.py --smoke         # minutes; writes under --out only
     .venv/bin/python benchmarks/study_small_data.py --part timing   # wall-clock of protocol and extended, projected
+    .venv/bin/python benchmarks/study_small_data.py --part docs     # the docs from the ledger and finished runs
 
 Protocol (the acceptance cells): CIFAR-10 (../shared/datasets/cifar10), stratified subsets of 200
 and 500 images per class (one fixed draw, subset seed 0), the full 10,000-image test set, the
 FINDINGS ViT (width 192, depth 6, 32 px, patch 4, class token) with 12 heads (dimension 16) at 200
 and 500 per class and with 3 heads (dimension 64) at 200, the `cpu-quick` recipe with about 300
 optimiser steps for every subset size, 3 seeds; inits timm, kaiming (12 heads, 200 per class),
-mimetic, impulse-authors (the authors' settings) and impulse (structinit's default); a ConvMixer of
-the same width, depth, patch and kernel as the CNN reference row at 100, 200 and 500 per class.
+mimetic, impulse-authors (the authors' settings), impulse-sharp (the paper's sharp form, structinit's
+default until the convergence study) and impulse (structinit's default); a ConvMixer of the same
+width, depth, patch and kernel as the CNN reference row at 100, 200 and 500 per class.
 Extended: the 12-head ViT at 100 per class and kaiming with 3 heads.
-Levers: 200 per class, 12 heads, one seed each (some three). Results go to docs/results.csv, the
-tables of docs/results.md and docs/figures/.
+Levers: 200 per class, 12 heads, one seed each (some three), each a change to impulse-sharp.
+Every finished run is a row of the ledger docs/results-runs.jsonl (curve included), from which
+docs/results.csv, the tables of docs/results.md and docs/figures/ are made; runs it holds are not
+trained again, so the study resumes on a checkout without runs/.
 """
 
 from __future__ import annotations
@@ -33,19 +37,25 @@ from typing import Any
 
 from structinit.experiments import (
     CSV_COLUMNS,
+    NOT_RECIPE,
     collect,
     compare,
+    ledger_and_runs,
+    read_ledger,
     results_markdown,
     run_dir,
     write_generated_section,
+    write_ledger,
 )
+from structinit.rundir import config_hash
 from structinit.train import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 # optimiser steps are what a CPU budget buys: ~300 at batch 128 for each subset size
 EPOCHS = {100: 40, 200: 20, 500: 8}
-INITS = ["timm", "kaiming", "mimetic", "impulse-authors", "impulse"]
-INITS_BY_SIZE = ["timm", "mimetic", "impulse-authors", "impulse"]  # kaiming only at 200 per class: the budget
+INITS = ["timm", "kaiming", "mimetic", "impulse-authors", "impulse-sharp", "impulse"]
+INITS_BY_SIZE = ["timm", "mimetic", "impulse-authors", "impulse-sharp", "impulse"]  # kaiming: 200 per class only
+LEDGER = "results-runs.jsonl"
 SEEDS = [0, 1, 2]
 H12 = {"num_heads": 12}
 H3 = {"num_heads": 3}
@@ -81,30 +91,37 @@ EXTENDED = [
     Grid("vit-h3", "vit_d6_p4", H3, 200, ["kaiming"], SEEDS),
 ]
 
-# Each lever changes one thing of structinit's default; the table sets them beside the protocol's
-# runs of the same cell and seeds (timm, mimetic, impulse-authors, impulse).
+# Each lever changes one thing of impulse-sharp (the default when they ran); the table sets them beside
+# the protocol's runs of the same cell and seeds.
 LEVER_INITS = [
-    "impulse[target_fidelity=0.7]",  # softer maps
-    "impulse[target_fidelity=0.9]",
-    "impulse[target_fidelity=0.995]",  # sharper maps
-    "impulse[pos_scale=1]",  # position embedding at timm's scale, not x18
-    "impulse[pos_scale=40]",  # position weighs more against content
-    "impulse[vproj_beta=0.0]",  # V/proj without mimetic's -I term
-    "impulse[kernel_size=5]",
-    "impulse[assignment=ordered]",
-    "impulse[solver=refine]",
-    "impulse[blind_to_content=False]",
+    "impulse-sharp[target_fidelity=0.7]",  # softer maps
+    "impulse-sharp[target_fidelity=0.9]",
+    "impulse-sharp[target_fidelity=0.995]",  # sharper maps
+    "impulse-sharp[pos_scale=1]",  # position embedding at timm's scale, not x18
+    "impulse-sharp[pos_scale=40]",  # position weighs more against content
+    "impulse-sharp[vproj_beta=0.0]",  # V/proj without mimetic's -I term
+    "impulse-sharp[kernel_size=5]",
+    "impulse-sharp[assignment=ordered]",
+    "impulse-sharp[solver=refine]",
+    "impulse-sharp[blind_to_content=False]",
     "impulse-authors[qk_scale=2]",  # the authors' solver, softer (FINDINGS: their 12-head gain appears)
 ]
 LEVERS = [
     Grid("levers-h12", "vit_d6_p4", H12, 200, LEVER_INITS, [0], reference="vit-h12"),
     # layer i + 1 solved on block i's output for the pseudo tokens (bench_mechanism: deeper layers'
     # maps land on target on real images); three seeds, beside the protocol's runs of the same seeds
-    Grid("levers-h12-propagate", "vit_d6_p4", H12, 200, ["impulse[propagate=True]"], SEEDS, reference="vit-h12"),
-    Grid("levers-h12-lr2e-3", "vit_d6_p4", H12, 200, ["timm", "impulse"], [0], {"lr": 2e-3}),
-    Grid("levers-h12-warmup8", "vit_d6_p4", H12, 200, ["timm", "impulse"], [0], {"warmup_epochs": 8}),
+    Grid("levers-h12-propagate", "vit_d6_p4", H12, 200, ["impulse-sharp[propagate=True]"], SEEDS, reference="vit-h12"),
+    Grid("levers-h12-lr2e-3", "vit_d6_p4", H12, 200, ["timm", "impulse-sharp"], [0], {"lr": 2e-3}),
+    Grid("levers-h12-warmup8", "vit_d6_p4", H12, 200, ["timm", "impulse-sharp"], [0], {"warmup_epochs": 8}),
     # the paper's v1 ViT: average pooling, fixed 2-D sin-cos position table (three seeds) ...
-    Grid("levers-h12-gap-sincos", "vit_d6_p4_gap_sincos", H12, 200, INITS_BY_SIZE, SEEDS),
+    Grid(
+        "levers-h12-gap-sincos",
+        "vit_d6_p4_gap_sincos",
+        H12,
+        200,
+        ["timm", "mimetic", "impulse-authors", "impulse-sharp"],
+        SEEDS,
+    ),
     # ... whose layer-normalised table has rank 15 and singular values down to 7e-4 of the largest:
     # how much of that spectrum the Q/K solve may invert (rcond; 1e-5 was the default before), and
     # the levers that might close its gap to timm and mimetic
@@ -114,11 +131,11 @@ LEVERS = [
         H12,
         200,
         [
-            "impulse[rcond=1e-05]",
-            "impulse[rcond=0.03]",
-            "impulse[target_fidelity=0.7]",
-            "impulse[blind_to_content=False]",
-            "impulse[vproj_beta=0.0]",
+            "impulse-sharp[rcond=1e-05]",
+            "impulse-sharp[rcond=0.03]",
+            "impulse-sharp[target_fidelity=0.7]",
+            "impulse-sharp[blind_to_content=False]",
+            "impulse-sharp[vproj_beta=0.0]",
         ],
         [0],
         reference="levers-h12-gap-sincos",
@@ -129,11 +146,11 @@ LEVERS = [
         "vit_d6_p4_gap_sincos",
         H12,
         200,
-        ["impulse[target_fidelity=0.7]"],
+        ["impulse-sharp[target_fidelity=0.7]"],
         SEEDS,
         reference="levers-h12-gap-sincos",
     ),
-    Grid("levers-h12-60ep", "vit_d6_p4", H12, 200, ["timm", "mimetic", "impulse"], [0], {"epochs": 60}),
+    Grid("levers-h12-60ep", "vit_d6_p4", H12, 200, ["timm", "mimetic", "impulse-sharp"], [0], {"epochs": 60}),
 ]
 SMOKE_PROTOCOL = [
     Grid("vit-h12", "vit_d6_p4", {**H12, "depth": 2}, 8, ["timm", "impulse-authors", "impulse"], [0]),
@@ -141,43 +158,79 @@ SMOKE_PROTOCOL = [
 ]
 SMOKE_EXTENDED = [Grid("vit-h12", "vit_d6_p4", {**H12, "depth": 2}, 8, ["mimetic"], [0])]
 SMOKE_LEVERS = [
-    Grid("levers-h12", "vit_d6_p4", {**H12, "depth": 2}, 8, ["impulse[target_fidelity=0.9]"], [0], reference="vit-h12")
+    Grid(
+        "levers-h12",
+        "vit_d6_p4",
+        {**H12, "depth": 2},
+        8,
+        ["impulse-sharp[target_fidelity=0.9]"],
+        [0],
+        reference="vit-h12",
+    )
 ]
 
 
-def run_grid(grid: Grid, data: str, out: Path, smoke: bool) -> None:
+def recipe_name(grid: Grid) -> str:
+    """The grid's changes to cpu-quick, as its table's heading and its rows' `recipe` name them."""
+    return ", ".join(f"{k}={v}" for k, v in grid.recipe.items()) or "cpu-quick"
+
+
+def base_config(grid: Grid, data: str, smoke: bool) -> TrainConfig:
     if smoke:
         recipe = {"epochs": 1, "batch_size": 8, "eval_every": 1, **grid.recipe}
     else:
         recipe = {"epochs": EPOCHS[grid.per_class], "eval_every": 10, **grid.recipe}
-    base = TrainConfig.from_preset(
+    return TrainConfig.from_preset(
         "cpu-quick", data=data, model=grid.model, model_kwargs=grid.model_kwargs, quiet=True, **recipe
     )
-    compare(base, grid.inits, grid.seeds, [grid.per_class], out / grid.name)
 
 
-RunKey = tuple[str, str, str, str]  # grid, per class, init, seed: as results.csv writes them
+RunKey = tuple[str, int, str, int]  # grid, per class, init, seed
 
 
-def recorded_runs(docs: Path) -> dict[RunKey, dict[str, str]]:
-    """The rows of DOCS/results.csv (none if it is absent), by run."""
-    if not (docs / "results.csv").exists():
-        return {}
-    with open(docs / "results.csv") as f:
-        return {(r["grid"], r["per_class"], r["init"], r["seed"]): r for r in csv.DictReader(f)}
+def run_key(row: dict[str, Any]) -> RunKey:
+    return row["grid"], row["per_class"], row["init"], row["seed"]
+
+
+def recorded_runs(docs: Path) -> dict[RunKey, dict[str, Any]]:
+    """The rows of the ledger DOCS/results-runs.jsonl (none if it is absent), by run."""
+    return {run_key(r): r for r in read_ledger(docs / LEDGER)}
+
+
+def run_grid(grid: Grid, data: str, out: Path, smoke: bool, recorded: dict[RunKey, dict[str, Any]]) -> None:
+    """Train the grid's runs that `recorded` (the ledger) does not hold. Refuses a recorded run of
+    another recipe or --data: its row would be averaged with runs of this one."""
+    base = base_config(grid, data, smoke)
+    recipe = config_hash(dataclasses.asdict(base), leave_out=NOT_RECIPE)
+    missing: dict[str, list[int]] = {}  # init -> the seeds to train
+    for init in grid.inits:
+        for seed in grid.seeds:
+            row = recorded.get((grid.name, grid.per_class, init, seed))
+            if row is None:
+                missing.setdefault(init, []).append(seed)
+            elif row.get("recipe_hash") not in (None, recipe):  # rows recorded before the hash have none
+                raise SystemExit(
+                    f"the ledger holds {grid.name} {grid.per_class}/class {init} seed {seed} from another recipe or "
+                    "--data: remove its row (and its run directory) to train it again"
+                )
+    by_seeds: dict[tuple[int, ...], list[str]] = {}
+    for init, seeds in missing.items():
+        by_seeds.setdefault(tuple(seeds), []).append(init)
+    for seeds, inits in by_seeds.items():
+        compare(base, inits, list(seeds), [grid.per_class], out / grid.name)
 
 
 def protocol_timing(parts: dict[str, list[Grid]], data: str, out: Path, docs: Path, smoke: bool) -> dict[str, float]:
     """One fresh run (seed 0, the first init) of every distinct cell of the parts, timed end to end
     as the study runs it (data loading included), and each part's projected wall-clock: each cell's
     time x its inits x seeds. Under OUT/timing, emptied first; meaningful on an otherwise idle machine.
-    Each run's top-1 is printed beside the same run's in DOCS/results.csv: a rerun reproduces it."""
+    Each run's top-1 is printed beside the same run's in the ledger: a rerun reproduces it."""
     scratch = out / "timing"
     shutil.rmtree(scratch, ignore_errors=True)
     recorded = recorded_runs(docs)
-    print("| part | grid | per class | one run (s) | runs | projected (min) | top-1 (%) | in results.csv |")
+    print("| part | grid | per class | one run (s) | runs | projected (min) | top-1 (%) | in the ledger |")
     print("|---|---|---|---|---|---|---|---|")
-    timed: dict[str, tuple[float, str, str]] = {}  # cell: seconds, its run's top-1, the same run's in results.csv
+    timed: dict[str, tuple[float, str, str]] = {}  # cell: seconds, its run's top-1, the same run's in the ledger
     totals = {}
     for part, grids in parts.items():
         totals[part] = 0.0
@@ -185,9 +238,10 @@ def protocol_timing(parts: dict[str, list[Grid]], data: str, out: Path, docs: Pa
             cell = f"{grid.name}-{grid.per_class}"
             if cell not in timed:  # the same model, recipe and subset size: one run's time stands for all
                 start = time.perf_counter()
-                run_grid(dataclasses.replace(grid, name=cell, inits=grid.inits[:1], seeds=[0]), data, scratch, smoke)
+                one = dataclasses.replace(grid, name=cell, inits=grid.inits[:1], seeds=[0])
+                run_grid(one, data, scratch, smoke, recorded={})
                 seconds, top1 = time.perf_counter() - start, collect(scratch / cell)[0]["top1"]
-                reference = recorded.get((grid.name, str(grid.per_class), grid.inits[0], "0"), {}).get("top1", "-")
+                reference = recorded.get((grid.name, grid.per_class, grid.inits[0], 0), {}).get("top1", "-")
                 timed[cell] = (seconds, f"{top1:.2f} ({grid.inits[0]})", reference)
             seconds, top1, reference = timed[cell]
             runs = len(grid.inits) * len(grid.seeds)
@@ -203,28 +257,22 @@ def protocol_timing(parts: dict[str, list[Grid]], data: str, out: Path, docs: Pa
     return totals
 
 
-def study_rows(out: Path, grids: list[Grid]) -> list[dict[str, Any]]:
-    rows = []
-    for name in dict.fromkeys(g.name for g in grids):
-        if (out / name).exists():
-            rows += [{"grid": name, **row} for row in collect(out / name)]
-    return rows
+def study_rows(out: Path, grids: list[Grid], docs: Path) -> list[dict[str, Any]]:
+    """The finished runs of `grids`: the ledger's and those under OUT (experiments.ledger_and_runs)."""
+    cells = [(g.name, g.per_class) for g in grids]
+    return ledger_and_runs(read_ledger(docs / LEDGER), out, cells, {g.name: recipe_name(g) for g in grids})
 
 
-def missing_runs(rows: list[dict[str, Any]], docs: Path) -> list[str]:
-    """Runs that docs/results.csv lists but OUT does not hold: rewriting the docs would drop them
-    (a fresh clone has no runs/, and a partial rerun only some)."""
-    found = {tuple(str(r[k]) for k in ("grid", "per_class", "init", "seed")) for r in rows}
-    return ["{}/per_class_{}/{}-seed{}".format(*k) for k in recorded_runs(docs) if k not in found]
-
-
-def write_docs(rows: list[dict[str, Any]], out: Path, docs: Path, grids: list[Grid]) -> None:
-    """results.csv (one row per run), the curves of each grid, and the tables of results.md
-    (between its markers, so the hand-written analysis around them stays)."""
+def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid]) -> None:
+    """The ledger, results.csv (one row per run), the curves of each grid, and the tables of
+    results.md (between its markers, so the hand-written analysis around them stays). A grid's figure
+    is drawn from its runs that kept a curve (rows recorded before the ledger have none); a grid
+    with none keeps the figure drawn when its runs were at hand."""
     from structinit.plots import plot_curves
 
     figures = docs / "figures"
     figures.mkdir(parents=True, exist_ok=True)
+    write_ledger(docs / LEDGER, rows)
     with open(docs / "results.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, ["grid", *CSV_COLUMNS], extrasaction="ignore")
         writer.writeheader()
@@ -235,7 +283,7 @@ def write_docs(rows: list[dict[str, Any]], out: Path, docs: Path, grids: list[Gr
         if not grid_rows:
             continue
         grid = next(g for g in grids if g.name == name)
-        recipe = grid.recipe
+        drawn = any(r["curve"] is not None for r in grid_rows)  # else keep the figure of its runs' own time
         if grid.reference:
             cells = {(r["heads"], r["per_class"]) for r in grid_rows}
             grid_rows += [
@@ -243,17 +291,23 @@ def write_docs(rows: list[dict[str, Any]], out: Path, docs: Path, grids: list[Gr
                 for r in rows
                 if r["grid"] == grid.reference and r["seed"] in grid.seeds and (r["heads"], r["per_class"]) in cells
             ]
-        changes = ", ".join(f"{k}={v}" for k, v in recipe.items()) or "cpu-quick"
-        plot_curves(grid_rows, figures / f"curves-{name}.png")
-        sections.append(
-            f"### {name} ({changes})\n\n{results_markdown(grid_rows)}\n![curves of {name}](figures/curves-{name}.png)\n"
-        )
+        figure, curved = figures / f"curves-{name}.png", [r for r in grid_rows if r["curve"] is not None]
+        if drawn:
+            plot_curves(curved, figure)
+        caption = f"curves of {name}"
+        if not drawn:
+            caption += (
+                " (drawn when its runs were at hand, before the default changed: its `impulse` is `impulse-sharp`)"
+            )
+        elif len(curved) < len(grid_rows):
+            caption += f" (the {len(curved)} of its {len(grid_rows)} runs that kept a curve)"
+        section = f"### {name} ({recipe_name(grid)})\n\n{results_markdown(grid_rows)}"
+        sections.append(section + (f"\n![{caption}](figures/{figure.name})\n" if figure.exists() else ""))
     protocol = [r for r in rows if not r["grid"].startswith("levers")]
-    minutes = sum(r["wall_secs"] for r in protocol) / 60
+    minutes = sum(r["secs"] for r in protocol) / 60
     cost = (
-        f"Finished protocol and extended runs: {len(protocol)}, {minutes:.0f} min of wall-clock (training and "
-        "evaluation, from each run's first epoch to its last record; runs that shared the CPU with other work took "
-        "longer).\n\n"
+        f"Finished protocol and extended runs: {len(protocol)}, {minutes:.0f} min of training (evaluation excluded; "
+        "runs that shared the CPU with other work took longer).\n\n"
     )
     tables = cost + ("\n".join(sections) or "No finished runs yet.\n")
     write_generated_section(docs / "results.md", tables, "benchmarks/study_small_data.py")
@@ -263,7 +317,7 @@ def attention_figures(out: Path, figures: Path, per_class: int) -> None:
     """Attention maps at init and after training: seed 0, 12 heads, the first grid's subset size."""
     from structinit.attention import attention_figure
 
-    for init in ("impulse", "impulse-authors"):
+    for init in ("impulse", "impulse-sharp", "impulse-authors"):
         run = run_dir(out / "vit-h12", per_class, init, 0)
         if (run / "summary.json").exists():
             for at_init, state in ((True, "init"), (False, "trained")):
@@ -285,9 +339,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--docs", default=None, help="where results.csv/results.md go (default docs/; with --smoke, OUT/docs)"
     )
-    parser.add_argument(
-        "--replace-docs", action="store_true", help="rewrite the docs even if they list runs that --out does not hold"
-    )
     parser.add_argument("--smoke", action="store_true", help="tiny models and subsets, 1 epoch: checks the pipeline")
     args = parser.parse_args(argv)
     out = Path(args.out)
@@ -305,6 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         "all": protocol + extended + levers,
         "docs": [],
     }[args.part]
+    grids = protocol + extended + levers
     start = time.perf_counter()
     for i, grid in enumerate(todo, 1):
         print(
@@ -312,19 +364,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{len(grid.seeds)} seeds ({time.perf_counter() - start:.0f} s so far)",
             flush=True,
         )
-        run_grid(grid, args.data, out, args.smoke)
-    grids = protocol + extended + levers
-    rows = study_rows(out, grids)
-    missing = missing_runs(rows, docs)
-    if missing and not args.replace_docs:
-        print(
-            f"{docs / 'results.csv'} lists {len(missing)} runs that {out} does not hold (e.g. {missing[0]}): "
-            "the docs are left as they are; run those grids, or pass --replace-docs to rewrite the docs from "
-            f"the {len(rows)} runs found",
-            file=sys.stderr,
-        )
-        return 1
-    write_docs(rows, out, docs, grids)
+        run_grid(grid, args.data, out, args.smoke, recorded_runs(docs))
+        write_docs(study_rows(out, grids, docs), docs, grids)  # after each grid: the ledger keeps what finished
+    write_docs(study_rows(out, grids, docs), docs, grids)
     attention_figures(out, docs / "figures", protocol[0].per_class)
     print(f"done in {time.perf_counter() - start:.0f} s; {docs / 'results.md'}, {docs / 'results.csv'}")
     return 0

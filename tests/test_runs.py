@@ -273,6 +273,23 @@ def test_compare_refuses_a_run_made_with_another_recipe_and_reruns_it_on_request
     assert config["lr"] == 5e-4
 
 
+def test_compare_refuses_a_run_whose_init_label_now_resolves_to_other_options(tmp_path):
+    """A run made before a default changed has the same label and config: its recorded options tell
+    it apart, so a grid does not count it as a run of the new default."""
+    base = TrainConfig(**{**FAST, "per_class": None}, epochs=1)
+    compare(base, ["impulse"], [0], [10], tmp_path)
+    record = tmp_path / "per_class_10" / "impulse-seed0" / "init_report.json"
+    report = json.loads(record.read_text())
+    report["options"].update(target_fidelity=0.98, pos_scale=18.0)  # what the old default recorded
+    record.write_text(json.dumps(report))
+    with pytest.raises(RunError, match=r"was made with init 'impulse' with target_fidelity=0.98 \(now 0.3\), "
+                       r"pos_scale=18.0 \(now None\): use another --out, or --rerun"):  # fmt: skip
+        compare(base, ["impulse"], [0], [10], tmp_path)
+    rows = compare(base, ["impulse"], [0], [10], tmp_path, rerun=True)
+    assert len(rows) == 1 and json.loads(record.read_text())["options"]["target_fidelity"] == 0.3
+    compare(base, ["impulse"], [0], [10], tmp_path)  # recorded and resolved agree: nothing is refused
+
+
 def test_results_never_average_rows_of_different_recipes():
     row = dict(dataset="d", model="m", heads=4, per_class=10, epochs=1, split="test", init="timm", best_top1=50.0)
     row.update(top5=90.0, train_loss=1.0)
@@ -375,7 +392,7 @@ def test_the_init_gives_the_same_weights_however_the_model_was_constructed():
         if patch_embed is not None:
             model.patch_embed.load_state_dict(patch_embed)
         patch_embed = model.patch_embed.state_dict()
-        initialize(model, "impulse", seed=0)
+        initialize(model, "impulse-sharp", seed=0)
         states.append({k: v for k, v in model.state_dict().items() if "attn" in k or k in ("pos_embed", "cls_token")})
     assert states[0].keys() == states[1].keys() and all(torch.equal(states[0][k], states[1][k]) for k in states[0])
 

@@ -1,6 +1,7 @@
 """The small-data study script, in its --smoke mode, on a generated 32 px ImageFolder."""
 
 import csv
+import json
 import shutil
 
 import pytest
@@ -32,7 +33,7 @@ def test_smoke_study_runs_every_grid_writes_the_docs_and_resumes(tmp_path, capsy
         ("vit-h12", "impulse"),
         ("vit-h12", "mimetic"),  # the extended grid, in the protocol's grid directory
         ("convmixer", "default"),
-        ("levers-h12", "impulse[target_fidelity=0.9]"),
+        ("levers-h12", "impulse-sharp[target_fidelity=0.9]"),
     }
     assert all(r["per_class"] == "8" and r["epochs"] == "1" and 0 <= float(r["top1"]) <= 100 for r in rows)
     assert {r["dataset"] for r in rows} == {"images"}  # imagefolder:PATH is named by its folder
@@ -41,7 +42,7 @@ def test_smoke_study_runs_every_grid_writes_the_docs_and_resumes(tmp_path, capsy
     assert results.count("<!-- tables:begin -->") == 1 and "### vit-h12 (cpu-quick)" in results
     assert "| impulse-authors | 1 |" in results and (docs / "figures" / "curves-vit-h12.png").exists()
     levers = results[results.index("### levers-h12") :]
-    assert "| impulse[target_fidelity=0.9] | 1 |" in levers and "| timm | 1 |" in levers  # beside the reference
+    assert "| impulse-sharp[target_fidelity=0.9] | 1 |" in levers and "| timm | 1 |" in levers  # beside the reference
     assert (docs / "figures" / "attention-impulse-init.png").exists()
     assert (docs / "figures" / "attention-impulse-trained.png").exists()
 
@@ -56,19 +57,28 @@ def test_smoke_study_runs_every_grid_writes_the_docs_and_resumes(tmp_path, capsy
     assert rewritten.count("| impulse-authors | 1 |") == results.count("| impulse-authors | 1 |")  # not duplicated
 
 
-def test_docs_are_not_rewritten_from_a_study_that_lacks_their_runs(smoke_study, capsys):
+def test_a_study_resumes_from_its_ledger_on_a_checkout_without_run_directories(smoke_study):
     study, out, args = smoke_study
     assert study.main([*args, "--part", "all"]) == 0
-    csv_path = out / "docs" / "results.csv"
-    listed = csv_path.read_text()
-    shutil.rmtree(out / "levers-h12")  # a fresh clone has no runs/ at all; here one grid is gone
-    capsys.readouterr()
-    assert study.main([*args, "--part", "docs"]) == 1
-    assert "lists 1 runs that" in capsys.readouterr().err
-    assert csv_path.read_text() == listed  # left as it was
-    assert study.main([*args, "--part", "docs", "--replace-docs"]) == 0
-    with open(csv_path) as f:
-        assert {r["grid"] for r in csv.DictReader(f)} == {"vit-h12", "convmixer"}
+    docs = out / "docs"
+    listed, ledger = (docs / "results.csv").read_text(), (docs / "results-runs.jsonl").read_text()
+    assert len(ledger.splitlines()) == len(listed.splitlines()) - 1 == 6 and '"curve": [[1, ' in ledger
+    for grid in ("vit-h12", "convmixer", "levers-h12"):  # a fresh clone has no runs/
+        shutil.rmtree(out / grid)
+    assert study.main([*args, "--part", "docs"]) == 0
+    assert (docs / "results.csv").read_text() == listed and (docs / "results-runs.jsonl").read_text() == ledger
+    assert study.main([*args, "--part", "all"]) == 0
+    assert not list(out.glob("*/*/*/summary.json"))  # nothing trained again
+    assert (docs / "results.csv").read_text() == listed
+
+    # a run the ledger holds from another recipe (or data) is refused, not averaged with this one's
+    rows = [json.loads(line) for line in ledger.splitlines()]
+    rows[0]["recipe_hash"] = "0" * 12
+    (docs / "results-runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(
+        SystemExit, match=f"the ledger holds {rows[0]['grid']} 8/class {rows[0]['init']} seed 0 from another"
+    ):
+        study.main([*args, "--part", "all"])
 
 
 def test_smoke_theory_fills_the_tables_and_ranks(tmp_path):
@@ -80,7 +90,10 @@ def test_smoke_theory_fills_the_tables_and_ranks(tmp_path):
     for row in ("| trained |", "| random (frozen) |", "| impulse (frozen) |", "| box (frozen) |", "| mimetic |"):
         assert row in text
     assert "| 2 heads (dim 8) | 4 heads (dim 4) |" in text and "- |" not in text.split("Stable rank")[0]
-    assert "| ConvMixer width 16, 3x3, trained filters |" in text and "| ViT width 16, 4 heads, impulse init |" in text
+    assert (
+        "| ConvMixer width 16, 3x3, trained filters |" in text
+        and "| ViT width 16, 4 heads, impulse-sharp init |" in text
+    )
     assert (out / "docs" / "figures" / "theory.png").exists() and (
         out / "docs" / "figures" / "theory-rank-1.png"
     ).exists()

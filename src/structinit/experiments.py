@@ -133,14 +133,31 @@ def _check_same_recipe(config: TrainConfig, rerun: bool) -> None:
         return
     saved = identity(dataclasses.asdict(read_config(path)))
     asked = identity(dataclasses.asdict(config))
-    differ = [k for k in asked if saved.get(k) != asked[k]]
-    if not differ:
+    listed = ", ".join(f"{flag(k)} {saved.get(k)!r} (now {asked[k]!r})" for k in asked if saved.get(k) != asked[k])
+    if not listed:
+        listed = _changed_init_options(config)
+    if not listed:
         return
     if rerun:
         shutil.rmtree(config.out)
         return
-    listed = ", ".join(f"{flag(k)} {saved.get(k)!r} (now {asked[k]!r})" for k in differ)
     raise RunError(f"{config.out} was made with {listed}: use another --out, or --rerun to train it again")
+
+
+def _changed_init_options(config: TrainConfig) -> str:
+    """The init options a run recorded that its label no longer resolves to (a default changed since),
+    as 'init X with name=old (now new), ...'; empty when they agree or the run recorded none."""
+    from .methods import options_now
+    from .options import DEFAULT, parse_init
+
+    report = Path(config.out) / "init_report.json"
+    method, given = parse_init(config.init)
+    if method == DEFAULT or not report.exists():
+        return ""
+    recorded = json.loads(report.read_text())["options"]
+    now = options_now(method, given, recorded) or {}
+    differ = [f"{k}={recorded[k]!r} (now {v!r})" for k, v in now.items() if recorded[k] != v]
+    return f"init {config.init!r} with {', '.join(differ)}" if differ else ""
 
 
 def _run_all(
@@ -378,6 +395,45 @@ def reached(runs: list[dict[str, Any]], baseline: str = "timm") -> str:
         return "-"
     got = [r[key] for r in timed if r[key] is not None]
     return f"{statistics.mean(got):.0f} ({len(got)}/{len(timed)})" if got else f"never (0/{len(timed)})"
+
+
+def read_ledger(path: Path) -> list[dict[str, Any]]:
+    """The rows of a study's committed ledger (JSON lines; none if `path` is absent): one per finished
+    run, curve included, so that its docs can be rewritten and its grids resumed on a checkout that
+    has no run directories."""
+    path = Path(path)
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def write_ledger(path: Path, rows: list[dict[str, Any]]) -> None:
+    Path(path).write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+
+
+def ledger_and_runs(
+    ledger: list[dict[str, Any]], out: Path, cells: list[tuple[str, int]], recipes: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """A study's finished runs of `cells` ((grid, per class), in the study's order): the ledger's rows
+    and those of the run directories under OUT/<grid> (newer: they replace the ledger's), each row
+    named by its grid and the grid's recipe (`recipes`, by grid; the run's own hash kept as
+    `recipe_hash`). Times to accuracy are recomputed over them all: the baseline's mean moves as
+    runs come in, from whichever checkout trained them."""
+
+    def key(row: dict[str, Any]) -> tuple:
+        return row["grid"], row["per_class"], row["init"], row["seed"]
+
+    rows = {key(r): r for r in ledger}
+    for name, recipe in recipes.items():
+        if (out / name).exists():
+            for r in collect(out / name):
+                row = {**r, "grid": name, "recipe": recipe, "recipe_hash": r["recipe"]}
+                rows[key(row)] = row
+    order = {cell: i for i, cell in enumerate(cells)}
+    kept = sorted(
+        (r for r in rows.values() if (r["grid"], r["per_class"]) in order),
+        key=lambda r: (order[r["grid"], r["per_class"]], r["init"], r["seed"]),
+    )
+    time_to_accuracy(kept)
+    return kept
 
 
 def write_generated_section(path: Path, body: str, source: str, name: str = "tables") -> None:

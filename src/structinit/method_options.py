@@ -115,9 +115,14 @@ def assignment() -> Any:
     )
 
 
-def target_fidelity() -> Any:
+def target_fidelity(default: float = 0.98) -> Any:
     return option(
-        0.98, "share of each query's attention on its target key at init", low=0, high=1, low_open=True, high_open=True
+        default,
+        "share of each query's attention on its target key at init",
+        low=0,
+        high=1,
+        low_open=True,
+        high_open=True,
     )
 
 
@@ -163,7 +168,10 @@ class ImpulseOptions(MethodOptions):
         "paper's softmax-MSE objective; authors: the authors' least-squares solver, for comparison",
         choices=("closed_form", "refine", "authors"),
     )
-    target_fidelity: float = target_fidelity()
+    # The defaults are the setting that ends best at convergence (docs/convergence.md: above timm's init
+    # in every cell of the 3-seed protocol): soft maps, the position embedding and V/proj as the model
+    # has them. The paper's sharp form is `impulse-sharp` (options.VARIANTS).
+    target_fidelity: float = target_fidelity(0.3)
     pseudo_input: str = option(
         "pos_embed",
         "what Q and K are solved on: the prefix tokens plus position embedding, uniform or gaussian noise, or "
@@ -172,7 +180,7 @@ class ImpulseOptions(MethodOptions):
     )
     noise_std: float = option(1.0, "pos_embed+noise: noise std in units of the embedding's std", low=0)
     pos_scale: float | None = option(
-        18.0,
+        None,
         "rescale a learned position embedding to std pos_scale x 0.02 (x18 on a fresh timm model, as the authors); "
         "None leaves it as it is",
         low=0,
@@ -189,7 +197,7 @@ class ImpulseOptions(MethodOptions):
         True, "solve Q/K outside the patch embedding's span when it is under half the width (small patches)"
     )
     vproj: str = option(
-        "mimetic", "W_v W_proj: mimetic (vproj_alpha Z - vproj_beta I) or keep the model's", choices=("mimetic", "keep")
+        "keep", "W_v W_proj: mimetic (vproj_alpha Z - vproj_beta I) or keep the model's", choices=("mimetic", "keep")
     )
     vproj_alpha: float = vproj_alpha()  # with vproj=mimetic
     vproj_beta: float = vproj_beta()

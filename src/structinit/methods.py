@@ -37,6 +37,7 @@ from .method_options import (
     SwinImpulseOptions,
 )
 from .mixer_init import init_mixer_impulse
+from .options import VARIANTS
 from .report import HeadReport, LayerReport, Report
 from .solvers import PseudoInput, authors_closed_form, balanced_factors, closed_form, gain_for_fidelity, refine
 from .swin_init import init_swin_impulse
@@ -49,8 +50,10 @@ def initialize(
     """Initialise `model` in place with `method` and return a report.
 
     Vision transformers: "timm", "kaiming", "mimetic", "impulse"; see each `init_*` function for its
-    options. `kernel_size` (default 3) is the f of the f x f kernel: the impulse offsets, and the
-    offsets against which every method's attention maps are measured in the report.
+    options. A named setting of a method (options.VARIANTS: "impulse-sharp", the paper's sharp form,
+    and "impulse-authors") is taken too, keywords overriding its options. `kernel_size` (default 3)
+    is the f of the f x f kernel: the impulse offsets, and the offsets against which every method's
+    attention maps are measured in the report.
     Swin v1: "timm", "kaiming", "mimetic", "impulse" (through the relative-position bias,
     swin_init.py); MLP-Mixer: "timm", "kaiming", "impulse" (the token-mixing MLP, mixer_init.py);
     `structinit init --list-models` lists every family.
@@ -164,7 +167,20 @@ def _split_method(method: str | MethodOptions, options: dict[str, Any]) -> tuple
         return method.method, method
     if not isinstance(method, str):
         raise TypeError(f"method must be a name such as 'impulse' or an options object, got {method!r}")
+    if method in VARIANTS:  # a named setting of a method, e.g. impulse-sharp; keywords override it
+        return VARIANTS[method][0], {**VARIANTS[method][1], **options}
     return method, options
+
+
+def options_now(method: str, given: dict[str, Any], recorded: dict[str, Any]) -> dict[str, Any] | None:
+    """What `method` with `given` options resolves to with today's defaults, in the options class whose
+    fields a run's recorded options have (its model's family); None where none has them. A run made
+    before a default changed records other values under the same init label."""
+    names = set(recorded) - {"kernel_size"}
+    for cls in option_classes(method):
+        if {f.name for f in fields(cls)} == names:
+            return cls.build(method, {k: v for k, v in given.items() if k != "kernel_size"}).to_dict()
+    return None
 
 
 def _resolve(cls: type[MethodOptions], method: str, given: dict | MethodOptions) -> MethodOptions:
@@ -279,17 +295,19 @@ def init_impulse(
     comparison (see `authors_closed_form`); with assignment="ordered" and blind_to_content=False it
     is their impulse init.
 
-    The authors' scales: the position embedding is multiplied by 18, so that it weighs more against
-    the patch content on real images. Here `pos_scale` rescales it to a standard deviation of
+    The defaults (target_fidelity 0.3, pos_scale None, vproj "keep") are the setting that ended best
+    at convergence (docs/convergence.md); the paper's form is the variant "impulse-sharp" (0.98, 18,
+    "mimetic"). The authors' scales: the position embedding is multiplied by 18, so that it weighs
+    more against the patch content on real images. Here `pos_scale` rescales it to a standard deviation of
     pos_scale x 0.02 (timm's init std): x18 on a fresh timm model, and the same result if the init
     is applied twice; `pos_scale=None` leaves it as it is. A frozen (fixed, e.g. sin-cos) table is
     always left as it is. `scale="content"` reaches the same ratio the other way: the position
     embedding keeps its scale and the patch projection (weight and bias) and the prefix tokens are
     divided by the factor it would have been multiplied by. Every layer norm sees the same token up
-    to that factor, so layer 0's maps on images are the default's; the ratio then sits in small
+    to that factor, so layer 0's maps on images are those of the grown embedding; the ratio sits in small
     weights, which Adam's lr-sized steps change quickly, instead of in a large embedding they barely
     move (docs/convergence.md). The blocks' outputs weigh that factor more against the smaller
-    residual stream, so deeper layers differ from the default's. Unlike growing the position
+    residual stream, so deeper layers differ from the grown embedding's. Unlike growing the position
     embedding to a set scale, this divides whatever the patch projection holds: apply it once.
     `propagate`: layer i + 1 is solved on the output of block i (already initialised) for the pseudo
     tokens, what it receives from a blank image, instead of on its norm of the pseudo tokens themselves
