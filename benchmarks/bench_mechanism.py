@@ -110,19 +110,19 @@ def assigned_fidelity(model: nn.Module, report: structinit.Report, images: torch
         ]
 
 
-def layers_part(data) -> None:
+def layers_part(spec: str, data) -> None:
     print("| model | init | fidelity on the images, per layer (assigned offsets) |")
     print("|---|---|---|")
     for kwargs in LAYER_ROWS:
         name = ", ".join(f"{k.replace('num_', '')} {v}" for k, v in kwargs.items())
         for label in LAYER_INITS:
-            config = TrainConfig(data=DATA, model="vit_d6_p4", model_kwargs=kwargs, init=label, seed=0)
+            config = TrainConfig(data=spec, model="vit_d6_p4", model_kwargs=kwargs, init=label, seed=0)
             model, report = build_model(config, data)
             values = assigned_fidelity(model, report, normalised_test_images(model, data, 256))
             print(f"| {name} | {label} | {' '.join(f'{v:.2f}' for v in values)} |", flush=True)
 
 
-def conditioning_part(data) -> None:
+def conditioning_part(spec: str, data) -> None:
     print(
         "| model | init | layer-0 pseudo input: directions above 1e-5 / 0.1 of the largest | fidelity, pseudo input "
         "| fidelity on the images, layer 0 / all layers | layer-0 Q/K weight norm | patch-embedding grad norm "
@@ -132,7 +132,7 @@ def conditioning_part(data) -> None:
     for name, arch, kwargs, size in CONDITIONING_ROWS:
         count = 256 if size == 32 else 64
         for label in CONDITIONING_INITS:
-            config = TrainConfig(data=DATA, model=arch, model_kwargs=kwargs, init=label, seed=0)
+            config = TrainConfig(data=spec, model=arch, model_kwargs=kwargs, init=label, seed=0)
             model, report = build_model(config, data)
             images = normalised_test_images(model, data, count)
             if size != images.shape[-1]:
@@ -278,18 +278,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", default="runs/convergence", help="--part training: the convergence study's runs")
     parser.add_argument("--docs", default=str(Path(__file__).resolve().parent.parent / "docs"))
     parser.add_argument("--held-out", type=int, default=26, help="--part training: held-out images per class")
+    parser.add_argument("--data", default=DATA, help="structinit --data spec of the images (CIFAR-10 by default)")
     args = parser.parse_args(argv)
     part = args.part
     if part == "training":
         training_part(Path(args.runs), Path(args.docs), args.held_out)
         return 0
-    data = load_data(DATA, per_class=200)
+    spec = args.data
+    data = load_data(spec, per_class=200)
     print(f"# Init mechanism (torch {torch.__version__}, {platform.machine()}, 256 CIFAR-10 test images, seed 0)\n")
     if part == "layers":
-        layers_part(data)
+        layers_part(spec, data)
         return 0
     if part == "conditioning":
-        conditioning_part(data)
+        conditioning_part(spec, data)
         return 0
     rows, inits = PARTS[part]
     print(
@@ -300,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     for kwargs in rows:
         name = ", ".join(f"{k.replace('num_', '')} {v}" for k, v in kwargs.items())
         for label in inits:
-            config = TrainConfig(data=DATA, model="vit_d6_p4", model_kwargs=kwargs, init=label, seed=0)
+            config = TrainConfig(data=spec, model="vit_d6_p4", model_kwargs=kwargs, init=label, seed=0)
             model, report = build_model(config, data)
             images = normalised_test_images(model, data, 256)
             labels = data.test_labels[:256]

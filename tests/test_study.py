@@ -135,3 +135,18 @@ def test_smoke_timing_runs_one_fresh_run_per_protocol_cell_and_reproduces_the_do
     assert vit[6] == f"{float(listed['vit-h12', 'timm']):.2f} (timm)" and float(vit[7]) == float(vit[6].split()[0])
     assert "Projected protocol wall-clock:" in printed and "Projected extended wall-clock:" in printed
     assert (out / "docs" / "results.csv").stat().st_mtime_ns == docs_before  # timing writes no docs
+
+
+def test_mechanism_conditioning_builds_its_upsampled_vit_as_the_trainer_does(tmp_path, monkeypatch, capsys):
+    """The ViT-T/16 row (224 px, fed upsampled 32 px images), one block deep: the trainer's img_size
+    check once stopped this part."""
+    mechanism = load_benchmark("bench_mechanism")
+    data = make_imagefolder(tmp_path / "images", 32, per_class=200, classes=["a", "b"])  # the part's subset size
+    name, arch, kwargs, size = mechanism.CONDITIONING_ROWS[-1]
+    assert size == 224
+    monkeypatch.setattr(mechanism, "CONDITIONING_ROWS", [(name, arch, {**kwargs, "depth": 1}, size)])
+    monkeypatch.setattr(mechanism, "CONDITIONING_INITS", ["timm", "impulse-sharp"])
+    assert mechanism.main(["--part", "conditioning", "--data", f"imagefolder:{data}"]) == 0
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith(f"| {name} |")]
+    assert [row[1] for row in rows] == ["timm", "impulse-sharp"]
+    assert float(rows[1][3]) > 0.97  # the sharp form reaches its fidelity on the pseudo input
