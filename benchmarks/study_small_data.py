@@ -296,8 +296,9 @@ def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid]) -> Non
             plot_curves(curved, figure)
         caption = f"curves of {name}"
         if not drawn:
-            caption += (
-                " (drawn when its runs were at hand, before the default changed: its `impulse` is `impulse-sharp`)"
+            renamed = any(r["init"].startswith("impulse-sharp") for r in grid_rows)
+            caption += " (drawn when its runs were at hand" + (
+                ", before the default changed: its `impulse` is `impulse-sharp`)" if renamed else ")"
             )
         elif len(curved) < len(grid_rows):
             caption += f" (the {len(curved)} of its {len(grid_rows)} runs that kept a curve)"
