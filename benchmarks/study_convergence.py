@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from structinit.experiments import (
-    NOT_RECIPE,
+    is_recorded,
     ledger_and_runs,
     read_ledger,
     results_markdown,
@@ -57,7 +57,6 @@ from structinit.experiments import (
     write_generated_section,
     write_ledger,
 )
-from structinit.rundir import config_hash
 from structinit.train import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -173,15 +172,6 @@ def config(grid: Grid, init: str, seed: int, data: str, out: Path, smoke: bool) 
 LEDGER = "convergence-runs.jsonl"
 
 
-def run_key(row: dict[str, Any]) -> tuple[str, int, str, int]:
-    return row["grid"], row["per_class"], row["init"], row["seed"]
-
-
-def ledger_by_run(docs: Path) -> dict[tuple, dict[str, Any]]:
-    """The committed rows of docs/convergence-runs.jsonl, by run_key."""
-    return {run_key(r): r for r in read_ledger(docs / LEDGER)}
-
-
 def rows_of(out: Path, grids: list[Grid], docs: Path) -> list[dict[str, Any]]:
     """The finished runs of `grids`: the ledger's and those under `out` (experiments.ledger_and_runs;
     grids of one recipe and head count share a directory, one subset size each)."""
@@ -190,20 +180,14 @@ def rows_of(out: Path, grids: list[Grid], docs: Path) -> list[dict[str, Any]]:
 
 
 def unfinished(runs: list[tuple[Grid, str, int]], data: str, out: Path, docs: Path, smoke: bool) -> list[TrainConfig]:
-    """The TrainConfigs of the (grid, init, seed) runs that the ledger does not hold. Refuses a run the
-    ledger holds from another recipe: its row would be mixed with runs of this one."""
-    ledger = ledger_by_run(docs)
+    """The TrainConfigs of the (grid, init, seed) runs that the ledger does not hold (experiments.is_recorded
+    refuses a row of another recipe)."""
+    ledger = read_ledger(docs / LEDGER)
     todo = []
     for grid, init, seed in runs:
         c = config(grid, init, seed, data, out, smoke)
-        row = ledger.get((grid.name, grid.per_class, init, seed))
-        if row is None:
+        if not is_recorded(ledger, (grid.name, grid.per_class, init, seed), c, docs / LEDGER):
             todo.append(c)
-        elif row.get("recipe_hash") not in (None, config_hash(dataclasses.asdict(c), leave_out=NOT_RECIPE)):
-            raise SystemExit(
-                f"{docs / LEDGER} holds {grid.name} {grid.per_class}/class {init} seed {seed} from another recipe or "
-                "--data: remove its rows (and their run directories) to train them again"
-            )
     return todo
 
 

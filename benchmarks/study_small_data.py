@@ -37,9 +37,10 @@ from typing import Any
 
 from structinit.experiments import (
     CSV_COLUMNS,
-    NOT_RECIPE,
+    LedgerKey,
     collect,
     compare,
+    is_recorded,
     ledger_and_runs,
     read_ledger,
     results_markdown,
@@ -47,7 +48,6 @@ from structinit.experiments import (
     write_generated_section,
     write_ledger,
 )
-from structinit.rundir import config_hash
 from structinit.train import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -185,34 +185,17 @@ def base_config(grid: Grid, data: str, smoke: bool) -> TrainConfig:
     )
 
 
-RunKey = tuple[str, int, str, int]  # grid, per class, init, seed
-
-
-def run_key(row: dict[str, Any]) -> RunKey:
-    return row["grid"], row["per_class"], row["init"], row["seed"]
-
-
-def recorded_runs(docs: Path) -> dict[RunKey, dict[str, Any]]:
-    """The rows of the ledger DOCS/results-runs.jsonl (none if it is absent), by run."""
-    return {run_key(r): r for r in read_ledger(docs / LEDGER)}
-
-
-def run_grid(grid: Grid, data: str, out: Path, smoke: bool, recorded: dict[RunKey, dict[str, Any]]) -> None:
-    """Train the grid's runs that `recorded` (the ledger) does not hold. Refuses a recorded run of
-    another recipe or --data: its row would be averaged with runs of this one."""
+def run_grid(
+    grid: Grid, data: str, out: Path, smoke: bool, ledger: dict[LedgerKey, dict[str, Any]], path: Path
+) -> None:
+    """Train the grid's runs that the ledger (read from `path`) does not hold (experiments.is_recorded
+    refuses a row of another recipe or --data)."""
     base = base_config(grid, data, smoke)
-    recipe = config_hash(dataclasses.asdict(base), leave_out=NOT_RECIPE)
     missing: dict[str, list[int]] = {}  # init -> the seeds to train
     for init in grid.inits:
         for seed in grid.seeds:
-            row = recorded.get((grid.name, grid.per_class, init, seed))
-            if row is None:
+            if not is_recorded(ledger, (grid.name, grid.per_class, init, seed), base, path):
                 missing.setdefault(init, []).append(seed)
-            elif row.get("recipe_hash") not in (None, recipe):  # rows recorded before the hash have none
-                raise SystemExit(
-                    f"the ledger holds {grid.name} {grid.per_class}/class {init} seed {seed} from another recipe or "
-                    "--data: remove its row (and its run directory) to train it again"
-                )
     by_seeds: dict[tuple[int, ...], list[str]] = {}
     for init, seeds in missing.items():
         by_seeds.setdefault(tuple(seeds), []).append(init)
@@ -227,7 +210,7 @@ def protocol_timing(parts: dict[str, list[Grid]], data: str, out: Path, docs: Pa
     Each run's top-1 is printed beside the same run's in the ledger: a rerun reproduces it."""
     scratch = out / "timing"
     shutil.rmtree(scratch, ignore_errors=True)
-    recorded = recorded_runs(docs)
+    recorded = read_ledger(docs / LEDGER)
     print("| part | grid | per class | one run (s) | runs | projected (min) | top-1 (%) | in the ledger |")
     print("|---|---|---|---|---|---|---|---|")
     timed: dict[str, tuple[float, str, str]] = {}  # cell: seconds, its run's top-1, the same run's in the ledger
@@ -239,7 +222,7 @@ def protocol_timing(parts: dict[str, list[Grid]], data: str, out: Path, docs: Pa
             if cell not in timed:  # the same model, recipe and subset size: one run's time stands for all
                 start = time.perf_counter()
                 one = dataclasses.replace(grid, name=cell, inits=grid.inits[:1], seeds=[0])
-                run_grid(one, data, scratch, smoke, recorded={})
+                run_grid(one, data, scratch, smoke, {}, docs / LEDGER)
                 seconds, top1 = time.perf_counter() - start, collect(scratch / cell)[0]["top1"]
                 reference = recorded.get((grid.name, grid.per_class, grid.inits[0], 0), {}).get("top1", "-")
                 timed[cell] = (seconds, f"{top1:.2f} ({grid.inits[0]})", reference)
@@ -365,9 +348,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{len(grid.seeds)} seeds ({time.perf_counter() - start:.0f} s so far)",
             flush=True,
         )
-        run_grid(grid, args.data, out, args.smoke, recorded_runs(docs))
+        run_grid(grid, args.data, out, args.smoke, read_ledger(docs / LEDGER), docs / LEDGER)
         write_docs(study_rows(out, grids, docs), docs, grids)  # after each grid: the ledger keeps what finished
-    write_docs(study_rows(out, grids, docs), docs, grids)
+    if not todo:  # --part docs
+        write_docs(study_rows(out, grids, docs), docs, grids)
     attention_figures(out, docs / "figures", protocol[0].per_class)
     print(f"done in {time.perf_counter() - start:.0f} s; {docs / 'results.md'}, {docs / 'results.csv'}")
     return 0

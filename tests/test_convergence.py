@@ -160,7 +160,7 @@ def test_vproj_keep_leaves_value_and_projection_as_they_were(make_vit):
         structinit.initialize(make_vit(), "impulse", seed=0, vproj="zero")
 
 
-def test_scale_content_gives_the_default_first_layer_maps_on_images_from_small_weights(make_vit, images):
+def test_scale_content_gives_the_grown_embeddings_first_layer_maps_on_images_from_small_weights(make_vit, images):
     grown = make_vit()
     shrunk = copy.deepcopy(grown)
     structinit.initialize(grown, "impulse-sharp", seed=0)

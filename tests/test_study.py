@@ -76,7 +76,7 @@ def test_a_study_resumes_from_its_ledger_on_a_checkout_without_run_directories(s
     rows[0]["recipe_hash"] = "0" * 12
     (docs / "results-runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(
-        SystemExit, match=f"the ledger holds {rows[0]['grid']} 8/class {rows[0]['init']} seed 0 from another"
+        SystemExit, match=f"results-runs.jsonl holds {rows[0]['grid']} 8/class {rows[0]['init']} seed 0 from another"
     ):
         study.main([*args, "--part", "all"])
 

@@ -397,36 +397,56 @@ def reached(runs: list[dict[str, Any]], baseline: str = "timm") -> str:
     return f"{statistics.mean(got):.0f} ({len(got)}/{len(timed)})" if got else f"never (0/{len(timed)})"
 
 
-def read_ledger(path: Path) -> list[dict[str, Any]]:
-    """The rows of a study's committed ledger (JSON lines; none if `path` is absent): one per finished
-    run, curve included, so that its docs can be rewritten and its grids resumed on a checkout that
-    has no run directories."""
+LedgerKey = tuple[str, int, str, int]  # a study's run: grid, per class, init, seed
+
+
+def ledger_key(row: dict[str, Any]) -> LedgerKey:
+    return row["grid"], row["per_class"], row["init"], row["seed"]
+
+
+def read_ledger(path: Path) -> dict[LedgerKey, dict[str, Any]]:
+    """The rows of a study's committed ledger (JSON lines; none if `path` is absent), by run: one per
+    finished run, curve included, so that its docs can be rewritten and its grids resumed on a
+    checkout that has no run directories."""
     path = Path(path)
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    rows = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return {ledger_key(r): r for r in rows}
 
 
 def write_ledger(path: Path, rows: list[dict[str, Any]]) -> None:
     Path(path).write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
 
 
+def is_recorded(ledger: dict[LedgerKey, dict[str, Any]], key: LedgerKey, config: TrainConfig, path: Path) -> bool:
+    """Whether the ledger (read from `path`) holds the run `key`, trained as `config` would train it.
+    A row of another recipe or data is refused (SystemExit), as it would be averaged with runs of
+    this one; rows recorded before the ledger kept a recipe hash have none, and count."""
+    row = ledger.get(key)
+    if row is None:
+        return False
+    if row.get("recipe_hash") not in (None, config_hash(dataclasses.asdict(config), leave_out=NOT_RECIPE)):
+        grid, per_class, init, seed = key
+        raise SystemExit(
+            f"{path} holds {grid} {per_class}/class {init} seed {seed} from another recipe or --data: remove its "
+            "row (and its run directory) to train it again"
+        )
+    return True
+
+
 def ledger_and_runs(
-    ledger: list[dict[str, Any]], out: Path, cells: list[tuple[str, int]], recipes: dict[str, Any]
+    ledger: dict[LedgerKey, dict[str, Any]], out: Path, cells: list[tuple[str, int]], recipes: dict[str, Any]
 ) -> list[dict[str, Any]]:
     """A study's finished runs of `cells` ((grid, per class), in the study's order): the ledger's rows
     and those of the run directories under OUT/<grid> (newer: they replace the ledger's), each row
     named by its grid and the grid's recipe (`recipes`, by grid; the run's own hash kept as
     `recipe_hash`). Times to accuracy are recomputed over them all: the baseline's mean moves as
     runs come in, from whichever checkout trained them."""
-
-    def key(row: dict[str, Any]) -> tuple:
-        return row["grid"], row["per_class"], row["init"], row["seed"]
-
-    rows = {key(r): r for r in ledger}
+    rows = dict(ledger)
     for name, recipe in recipes.items():
         if (out / name).exists():
             for r in collect(out / name):
                 row = {**r, "grid": name, "recipe": recipe, "recipe_hash": r["recipe"]}
-                rows[key(row)] = row
+                rows[ledger_key(row)] = row
     order = {cell: i for i, cell in enumerate(cells)}
     kept = sorted(
         (r for r in rows.values() if (r["grid"], r["per_class"]) in order),
