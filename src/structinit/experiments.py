@@ -147,7 +147,7 @@ def _check_same_recipe(config: TrainConfig, rerun: bool) -> None:
 def _changed_init_options(config: TrainConfig) -> str:
     """The init options a run recorded that its label no longer resolves to (a default changed since),
     as 'init X with name=old (now new), ...'; empty when they agree or the run recorded none."""
-    from .methods import options_now
+    from .methods import options_then_and_now
     from .options import DEFAULT, parse_init
 
     report = Path(config.out) / "init_report.json"
@@ -155,8 +155,8 @@ def _changed_init_options(config: TrainConfig) -> str:
     if method == DEFAULT or not report.exists():
         return ""
     recorded = json.loads(report.read_text())["options"]
-    now = options_now(method, given, recorded) or {}
-    differ = [f"{k}={recorded[k]!r} (now {v!r})" for k, v in now.items() if recorded[k] != v]
+    then, now = options_then_and_now(method, given, recorded) or ({}, {})
+    differ = [f"{k}={then[k]!r} (now {v!r})" for k, v in now.items() if then[k] != v]
     return f"init {config.init!r} with {', '.join(differ)}" if differ else ""
 
 

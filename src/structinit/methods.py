@@ -34,6 +34,7 @@ from .method_options import (
     MimeticOptions,
     MixerImpulseOptions,
     NoOptions,
+    QKNormOptions,
     SwinImpulseOptions,
 )
 from .mixer_init import init_mixer_impulse
@@ -148,6 +149,9 @@ def _initialize(
     check_kernel_size(kernel_size, adapter.grid)
     start = time.perf_counter()
     with torch.no_grad():
+        base = getattr(resolved, "base", "keep")  # the layers a structured init does not set
+        if base != "keep":
+            (adapter.reset_timm if base == "timm" else adapter.reset_kaiming)(generator)
         if isinstance(adapter, ModelAdapter) and method not in ("timm", "kaiming"):  # those two redraw all
             adapter.redraw_embeddings(generator)
         layers = init.run(adapter, generator, kernel_size=kernel_size, options=resolved)
@@ -172,14 +176,18 @@ def _split_method(method: str | MethodOptions, options: dict[str, Any]) -> tuple
     return method, options
 
 
-def options_now(method: str, given: dict[str, Any], recorded: dict[str, Any]) -> dict[str, Any] | None:
-    """What `method` with `given` options resolves to with today's defaults, in the options class whose
-    fields a run's recorded options have (its model's family); None where none has them. A run made
-    before a default changed records other values under the same init label."""
+def options_then_and_now(
+    method: str, given: dict[str, Any], recorded: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(what a run's recorded options were, what `method` with `given` options resolves to today), in the
+    options class of the run's family (the smallest holding every recorded field); None where none does. A
+    run made before an option existed recorded none of it and did what the option's default does."""
     names = set(recorded) - {"kernel_size"}
-    for cls in option_classes(method):
-        if {f.name for f in fields(cls)} == names:
-            return cls.build(method, {k: v for k, v in given.items() if k != "kernel_size"}).to_dict()
+    for cls in sorted(option_classes(method), key=lambda c: len(fields(c))):
+        if names <= {f.name for f in fields(cls)}:
+            now = cls.build(method, {k: v for k, v in given.items() if k != "kernel_size"}).to_dict()
+            then = {**cls().to_dict(), **{k: v for k, v in recorded.items() if k in now}}
+            return then, now
     return None
 
 
@@ -333,20 +341,12 @@ def init_impulse(
     embeddings other than the position embedding, and the head are left as they are.
     """
     o = options
-    pos = adapter.position_embedding()
-    if pos is None:
+    if adapter.position_embedding() is None:
         raise ValueError(
             "the impulse init solves Q/K from the model's position embedding, and this model has none "
             "(pos_embed is None); create it with a position embedding (timm: pos_embed='learn')"
         )
-    if o.pos_scale is not None and pos.requires_grad:
-        if float(pos.std()) == 0.0:
-            raise ValueError("the position embedding is constant: initialise it (e.g. method 'timm') first")
-        factor = 0.02 * o.pos_scale / pos.std()
-        if o.scale == "position":
-            pos.mul_(factor)
-        else:
-            _shrink_content(adapter, factor)
+    _scale_position(adapter, o.pos_scale, o.scale)
     tokens = _pseudo_tokens(adapter, o.pseudo_input, o.noise_std, generator)
     content = _content_basis(adapter) if o.blind_to_content else None
     grid, prefix = adapter.grid, adapter.num_prefix_tokens
@@ -424,6 +424,34 @@ def init_impulse(
     return reports
 
 
+def init_qk_norm(
+    adapter: ModelAdapter,
+    generator: torch.Generator,
+    *,
+    kernel_size: int,
+    options: QKNormOptions,
+) -> list[LayerReport]:
+    """The impulse init's bundle without its structure: each head's W_q and W_k keep the base's directions,
+    rescaled to Frobenius norm `norm`; `pos_scale` and `vproj` act as in init_impulse. A control for
+    whether an init's gain comes from the structure of its attention maps or from their scale."""
+    o = options
+    _scale_position(adapter, o.pos_scale, "position")
+    sample = z_sampler("uniform", generator)
+    for layer in adapter.layers():
+        if o.norm is not None:
+            if layer.qk_norms() is not None:
+                raise ValueError(
+                    "qk-norm: this model normalises each head's q and k (qk_norm), so the scale of W_q and W_k "
+                    "does not reach the attention; use norm=None"
+                )
+            for weight in layer.qk_weights():
+                heads = weight.view(layer.num_heads, layer.head_dim, -1)
+                heads.mul_(o.norm / heads.double().square().sum((1, 2), keepdim=True).sqrt().clamp_min(1e-12).to(heads))
+        if o.vproj == "mimetic":
+            write_value_proj(layer, o.vproj_alpha, o.vproj_beta, sample)
+    return adapter.measured_layers(kernel_size)
+
+
 @dataclass(frozen=True)
 class InitMethod:
     """An init: the function that writes the weights, and the class of its options."""
@@ -440,6 +468,7 @@ METHODS: dict[str, InitMethod] = {
     "kaiming": KAIMING,
     "mimetic": MIMETIC,
     "impulse": InitMethod(init_impulse, ImpulseOptions),
+    "qk-norm": InitMethod(init_qk_norm, QKNormOptions),
 }
 
 
@@ -559,6 +588,21 @@ def _set_qk_norm_gain(
     gain = float(gain_for_fidelity(logits, target + prefix, valid, prefix, fidelity, shared=True)[0])
     for norm in norms:
         norm.weight.fill_(math.sqrt(gain))
+
+
+def _scale_position(adapter: ModelAdapter, pos_scale: float | None, how: str) -> None:
+    """Bring a learned position embedding to std pos_scale x 0.02 (how="position"), or the patch projection
+    and prefix tokens down by the same factor (how="content"); a frozen table or pos_scale None: nothing."""
+    pos = adapter.position_embedding()
+    if pos_scale is None or pos is None or not pos.requires_grad:
+        return
+    if float(pos.std()) == 0.0:
+        raise ValueError("the position embedding is constant: initialise it (e.g. method 'timm') first")
+    factor = 0.02 * pos_scale / pos.std()
+    if how == "position":
+        pos.mul_(factor)
+    else:
+        _shrink_content(adapter, factor)
 
 
 def _shrink_content(adapter: ModelAdapter, factor: torch.Tensor) -> None:

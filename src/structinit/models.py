@@ -31,6 +31,14 @@ PRESETS: dict[str, tuple[str | Callable[..., nn.Module], dict[str, Any]]] = {
         "vit_tiny_patch16_224",
         dict(img_size=32, patch_size=4, depth=6, class_token=False, global_pool="avg", pos_embed="sincos"),
     ),
+    # the paper's v1 ViT at 256 tokens (patch 2) and the width a 2-core CPU trains (docs/regimes.md)
+    "vit_w96_d6_p2_gap_sincos": (
+        "vit_tiny_patch16_224",
+        dict(
+            img_size=32, patch_size=2, embed_dim=96, depth=6, num_heads=6,
+            class_token=False, global_pool="avg", pos_embed="sincos",
+        ),  # fmt: skip
+    ),
     # the CNN yardstick of the study: the ViT's width, depth, patch and kernel (3 x 3) as a ConvMixer
     "convmixer_d6_p4": (ConvMixer, dict(dim=192, depth=6, patch_size=4, kernel_size=3)),
     # the study ViT's budget in other families (families.md): 6 blocks, 8 x 8 tokens of 192 at the end
