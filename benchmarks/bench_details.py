@@ -3,7 +3,7 @@
 1. Why mimetic init of ViT-B is slow: the cost of one exact factorisation of a 768x768 matrix
    (eigendecomposition of its Gram matrix, and a full SVD), and how much of the optimal rank-64
    energy of alpha Z + beta I a batched randomised SVD captures at 1-6 power iterations.
-2. What `blind_to_content` does: first-layer fidelity of the sharp impulse init (impulse-sharp) on CIFAR-10 test images
+2. What `blind_to_content` does: first-layer fidelity of the sharp impulse init (impulse) on CIFAR-10 test images
    (64, from ../shared/datasets/cifar10) for the 32 px / patch-4 ViTs, with it on and off.
 
     .venv/bin/python benchmarks/bench_details.py          # about a minute on 2 cores
@@ -72,7 +72,7 @@ def content_blindness(images: torch.Tensor) -> None:
             model = timm.create_model(
                 "vit_tiny_patch16_224", img_size=32, patch_size=4, depth=6, embed_dim=dim, num_heads=heads
             )
-            report = structinit.initialize(model, "impulse-sharp", seed=0, blind_to_content=blind)
+            report = structinit.initialize(model, "impulse", seed=0, blind_to_content=blind)
             adapter = get_adapter(model)
             layer = adapter.layers()[0]
             with torch.no_grad():

@@ -48,10 +48,10 @@ METHODS = {
     "timm": ("timm", {}),
     "kaiming": ("kaiming", {}),
     "mimetic": ("mimetic", {}),
+    "impulse-soft (closed form)": ("impulse-soft", {}),
     "impulse (closed form)": ("impulse", {}),
-    "impulse-sharp (closed form)": ("impulse-sharp", {}),
-    "impulse-sharp (refine)": ("impulse-sharp", {"solver": "refine"}),
-    "impulse-authors": ("impulse-authors", {}),
+    "impulse (refine)": ("impulse", {"solver": "refine"}),
+    "impulse-authors[base=keep]": ("impulse-authors", {"base": "keep"}),
 }
 
 

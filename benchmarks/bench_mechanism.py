@@ -56,12 +56,12 @@ INITS = [
     "timm",
     "kaiming",
     "mimetic",
-    "impulse-authors",
-    "impulse-sharp[target_fidelity=0.7]",
-    "impulse-sharp[target_fidelity=0.9]",
-    "impulse-sharp",
+    "impulse-authors[base=keep]",
+    "impulse[target_fidelity=0.7]",
+    "impulse[target_fidelity=0.9]",
     "impulse",
-    "impulse-sharp[target_fidelity=0.995]",
+    "impulse-soft",
+    "impulse[target_fidelity=0.995]",
 ]
 # part -> (model kwargs per row, inits)
 PARTS = {
@@ -71,14 +71,14 @@ PARTS = {
         [
             "timm",
             "mimetic",
-            "impulse-sharp",
-            "impulse-sharp[blind_to_content=False]",
-            "impulse-sharp[target_fidelity=0.9]",
+            "impulse",
+            "impulse[blind_to_content=False]",
+            "impulse[target_fidelity=0.9]",
         ],
     ),
 }
 LAYER_ROWS = [{"num_heads": 12}, {"num_heads": 3}, {"embed_dim": 128, "depth": 8, "num_heads": 16}]
-LAYER_INITS = ["impulse-sharp", "impulse-sharp[propagate=True]", "impulse-sharp[propagate=True,blind_to_content=False]"]
+LAYER_INITS = ["impulse", "impulse[propagate=True]", "impulse[propagate=True,blind_to_content=False]"]
 # (label, model, model kwargs, image size); ViT-T is built at 224 px and fed upsampled images
 CONDITIONING_ROWS = [
     ("study ViT, 12 heads, learned table", "vit_d6_p4", {"num_heads": 12}, 32),
@@ -89,10 +89,10 @@ CONDITIONING_ROWS = [
 CONDITIONING_INITS = [
     "timm",
     "mimetic",
-    "impulse-sharp[rcond=1e-05]",
-    "impulse-sharp[rcond=0.03]",
-    "impulse-sharp",
-    "impulse-sharp[rcond=0.3]",
+    "impulse[rcond=1e-05]",
+    "impulse[rcond=0.03]",
+    "impulse",
+    "impulse[rcond=0.3]",
 ]
 
 

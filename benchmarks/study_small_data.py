@@ -14,11 +14,11 @@ and 500 images per class (one fixed draw, subset seed 0), the full 10,000-image 
 FINDINGS ViT (width 192, depth 6, 32 px, patch 4, class token) with 12 heads (dimension 16) at 200
 and 500 per class and with 3 heads (dimension 64) at 200, the `cpu-quick` recipe with about 300
 optimiser steps for every subset size, 3 seeds; inits timm, kaiming (12 heads, 200 per class),
-mimetic, impulse-authors (the authors' settings), impulse-sharp (the paper's sharp form, structinit's
-default until the convergence study) and impulse (structinit's default); a ConvMixer of the same
+mimetic, impulse-authors[base=keep] (the authors' settings on timm's base), impulse (the paper's sharp form) and impulse-soft (the
+soft maps chosen at 64 tokens); a ConvMixer of the same
 width, depth, patch and kernel as the CNN reference row at 100, 200 and 500 per class.
 Extended: the 12-head ViT at 100 per class and kaiming with 3 heads.
-Levers: 200 per class, 12 heads, one seed each (some three), each a change to impulse-sharp.
+Levers: 200 per class, 12 heads, one seed each (some three), each a change to impulse.
 Every finished run is a row of the ledger docs/results-runs.jsonl (curve included), from which
 docs/results.csv, the tables of docs/results.md and docs/figures/ are made; runs it holds are not
 trained again, so the study resumes on a checkout without runs/.
@@ -53,8 +53,8 @@ from structinit.train import TrainConfig
 ROOT = Path(__file__).resolve().parent.parent
 # optimiser steps are what a CPU budget buys: ~300 at batch 128 for each subset size
 EPOCHS = {100: 40, 200: 20, 500: 8}
-INITS = ["timm", "kaiming", "mimetic", "impulse-authors", "impulse-sharp", "impulse"]
-INITS_BY_SIZE = ["timm", "mimetic", "impulse-authors", "impulse-sharp", "impulse"]  # kaiming: 200 per class only
+INITS = ["timm", "kaiming", "mimetic", "impulse-authors[base=keep]", "impulse", "impulse-soft"]
+INITS_BY_SIZE = ["timm", "mimetic", "impulse-authors[base=keep]", "impulse", "impulse-soft"]  # kaiming: 200 per class only
 LEDGER = "results-runs.jsonl"
 SEEDS = [0, 1, 2]
 H12 = {"num_heads": 12}
@@ -91,35 +91,35 @@ EXTENDED = [
     Grid("vit-h3", "vit_d6_p4", H3, 200, ["kaiming"], SEEDS),
 ]
 
-# Each lever changes one thing of impulse-sharp (the default when they ran); the table sets them beside
+# Each lever changes one thing of impulse (the paper's form); the table sets them beside
 # the protocol's runs of the same cell and seeds.
 LEVER_INITS = [
-    "impulse-sharp[target_fidelity=0.7]",  # softer maps
-    "impulse-sharp[target_fidelity=0.9]",
-    "impulse-sharp[target_fidelity=0.995]",  # sharper maps
-    "impulse-sharp[pos_scale=1]",  # position embedding at timm's scale, not x18
-    "impulse-sharp[pos_scale=40]",  # position weighs more against content
-    "impulse-sharp[vproj_beta=0.0]",  # V/proj without mimetic's -I term
-    "impulse-sharp[kernel_size=5]",
-    "impulse-sharp[assignment=ordered]",
-    "impulse-sharp[solver=refine]",
-    "impulse-sharp[blind_to_content=False]",
-    "impulse-authors[qk_scale=2]",  # the authors' solver, softer (FINDINGS: their 12-head gain appears)
+    "impulse[target_fidelity=0.7]",  # softer maps
+    "impulse[target_fidelity=0.9]",
+    "impulse[target_fidelity=0.995]",  # sharper maps
+    "impulse[pos_scale=1]",  # position embedding at timm's scale, not x18
+    "impulse[pos_scale=40]",  # position weighs more against content
+    "impulse[vproj_beta=0.0]",  # V/proj without mimetic's -I term
+    "impulse[kernel_size=5]",
+    "impulse[assignment=ordered]",
+    "impulse[solver=refine]",
+    "impulse[blind_to_content=False]",
+    "impulse-authors[qk_scale=2,base=keep]",  # the authors' solver, softer (FINDINGS: their 12-head gain appears)
 ]
 LEVERS = [
     Grid("levers-h12", "vit_d6_p4", H12, 200, LEVER_INITS, [0], reference="vit-h12"),
     # layer i + 1 solved on block i's output for the pseudo tokens (bench_mechanism: deeper layers'
     # maps land on target on real images); three seeds, beside the protocol's runs of the same seeds
-    Grid("levers-h12-propagate", "vit_d6_p4", H12, 200, ["impulse-sharp[propagate=True]"], SEEDS, reference="vit-h12"),
-    Grid("levers-h12-lr2e-3", "vit_d6_p4", H12, 200, ["timm", "impulse-sharp"], [0], {"lr": 2e-3}),
-    Grid("levers-h12-warmup8", "vit_d6_p4", H12, 200, ["timm", "impulse-sharp"], [0], {"warmup_epochs": 8}),
+    Grid("levers-h12-propagate", "vit_d6_p4", H12, 200, ["impulse[propagate=True]"], SEEDS, reference="vit-h12"),
+    Grid("levers-h12-lr2e-3", "vit_d6_p4", H12, 200, ["timm", "impulse"], [0], {"lr": 2e-3}),
+    Grid("levers-h12-warmup8", "vit_d6_p4", H12, 200, ["timm", "impulse"], [0], {"warmup_epochs": 8}),
     # the paper's v1 ViT: average pooling, fixed 2-D sin-cos position table (three seeds) ...
     Grid(
         "levers-h12-gap-sincos",
         "vit_d6_p4_gap_sincos",
         H12,
         200,
-        ["timm", "mimetic", "impulse-authors", "impulse-sharp"],
+        ["timm", "mimetic", "impulse-authors[base=keep]", "impulse"],
         SEEDS,
     ),
     # ... whose layer-normalised table has rank 15 and singular values down to 7e-4 of the largest:
@@ -131,11 +131,11 @@ LEVERS = [
         H12,
         200,
         [
-            "impulse-sharp[rcond=1e-05]",
-            "impulse-sharp[rcond=0.03]",
-            "impulse-sharp[target_fidelity=0.7]",
-            "impulse-sharp[blind_to_content=False]",
-            "impulse-sharp[vproj_beta=0.0]",
+            "impulse[rcond=1e-05]",
+            "impulse[rcond=0.03]",
+            "impulse[target_fidelity=0.7]",
+            "impulse[blind_to_content=False]",
+            "impulse[vproj_beta=0.0]",
         ],
         [0],
         reference="levers-h12-gap-sincos",
@@ -146,14 +146,14 @@ LEVERS = [
         "vit_d6_p4_gap_sincos",
         H12,
         200,
-        ["impulse-sharp[target_fidelity=0.7]"],
+        ["impulse[target_fidelity=0.7]"],
         SEEDS,
         reference="levers-h12-gap-sincos",
     ),
-    Grid("levers-h12-60ep", "vit_d6_p4", H12, 200, ["timm", "mimetic", "impulse-sharp"], [0], {"epochs": 60}),
+    Grid("levers-h12-60ep", "vit_d6_p4", H12, 200, ["timm", "mimetic", "impulse"], [0], {"epochs": 60}),
 ]
 SMOKE_PROTOCOL = [
-    Grid("vit-h12", "vit_d6_p4", {**H12, "depth": 2}, 8, ["timm", "impulse-authors", "impulse"], [0]),
+    Grid("vit-h12", "vit_d6_p4", {**H12, "depth": 2}, 8, ["timm", "impulse-authors[base=keep]", "impulse"], [0]),
     Grid("convmixer", "convmixer_d6_p4", {"depth": 2}, 8, ["default"], [0]),
 ]
 SMOKE_EXTENDED = [Grid("vit-h12", "vit_d6_p4", {**H12, "depth": 2}, 8, ["mimetic"], [0])]
@@ -163,7 +163,7 @@ SMOKE_LEVERS = [
         "vit_d6_p4",
         {**H12, "depth": 2},
         8,
-        ["impulse-sharp[target_fidelity=0.9]"],
+        ["impulse[target_fidelity=0.9]"],
         [0],
         reference="vit-h12",
     )
@@ -279,10 +279,7 @@ def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid]) -> Non
             plot_curves(curved, figure)
         caption = f"curves of {name}"
         if not drawn:
-            renamed = any(r["init"].startswith("impulse-sharp") for r in grid_rows)
-            caption += " (drawn when its runs were at hand" + (
-                ", before the default changed: its `impulse` is `impulse-sharp`)" if renamed else ")"
-            )
+            caption += " (drawn when its runs were at hand)"
         elif len(curved) < len(grid_rows):
             caption += f" (the {len(curved)} of its {len(grid_rows)} runs that kept a curve)"
         section = f"### {name} ({recipe_name(grid)})\n\n{results_markdown(grid_rows)}"
@@ -301,7 +298,7 @@ def attention_figures(out: Path, figures: Path, per_class: int) -> None:
     """Attention maps at init and after training: seed 0, 12 heads, the first grid's subset size."""
     from structinit.attention import attention_figure
 
-    for init in ("impulse", "impulse-sharp", "impulse-authors"):
+    for init in ("impulse-soft", "impulse", "impulse-authors[base=keep]"):
         run = run_dir(out / "vit-h12", per_class, init, 0)
         if (run / "summary.json").exists():
             for at_init, state in ((True, "init"), (False, "trained")):

@@ -37,7 +37,7 @@ FILTERS = {  # the column of the table -> the init label
     "impulse (frozen)": "impulse[freeze=True]",
     "box (frozen)": "box[freeze=True]",
 }
-VIT_INITS = ["timm", "mimetic", "impulse-sharp"]  # measured before the default became impulse[target_fidelity=0.3,...]
+VIT_INITS = ["timm", "mimetic", "impulse"]  # impulse: the paper's form
 
 
 def settings(smoke: bool) -> dict[str, Any]:
@@ -137,7 +137,7 @@ def ranks(out: Path, s: dict[str, Any], figures: Path) -> str:
     dim, kernel, heads, vit_dim = s["dims"][-1], s["kernels"][0], s["heads"][1], s["vit_dim"]
     runs = [
         (f"ConvMixer width {dim}, {kernel}x{kernel}, trained filters", f"convmixer-d{dim}-k{kernel}", "default"),
-        (f"ViT width {vit_dim}, {heads} heads, impulse-sharp init", f"vit-d{vit_dim}-h{heads}", "impulse-sharp"),
+        (f"ViT width {vit_dim}, {heads} heads, impulse init", f"vit-d{vit_dim}-h{heads}", "impulse"),
     ]
     lines = ["| model | patch embedding | block 1 | last block | min(N, D) |", "|---|---|---|---|---|"]
     for i, (title, grid, init) in enumerate(runs):

@@ -11,7 +11,7 @@ SMALL = ["--model-kwargs", "img_size=32,patch_size=4,num_heads=12,depth=2"]
 
 def test_init_prints_the_report_and_writes_json(tmp_path, capsys):
     out = tmp_path / "report.json"
-    code = main(["init", "vit_tiny_patch16_224", *SMALL, "--init", "impulse-sharp[kernel_size=5]", "--json", str(out)])
+    code = main(["init", "vit_tiny_patch16_224", *SMALL, "--init", "impulse[kernel_size=5]", "--json", str(out)])
     assert code == 0
     text = capsys.readouterr().out
     assert "impulse init of VisionTransformer (seed 0)" in text and "worst head 0.98" in text
@@ -127,8 +127,8 @@ def test_demo_trains_every_init_on_the_digits_and_draws_both_structured_inits(tm
     out = tmp_path / "demo"
     assert main(["demo", "--epochs", "1", "--quiet", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    for init in ("timm", "mimetic", "impulse-sharp", "impulse"):
+    for init in ("timm", "mimetic", "impulse", "impulse"):
         assert f"| {init} | 1 |" in printed and (out / "full" / f"{init}-seed0" / "summary.json").exists()
-    for name in ("impulse-sharp-init", "impulse-sharp", "impulse-init", "impulse"):
+    for name in ("impulse-init", "impulse", "impulse-init", "impulse"):
         assert (out / f"attention-{name}.png").stat().st_size > 0
     assert "4 runs in" in printed

@@ -148,7 +148,7 @@ def test_vproj_keep_leaves_value_and_projection_as_they_were(make_vit):
     model = make_vit()
     structinit.initialize(model, "timm", seed=0)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    report = structinit.initialize(model, "impulse-sharp", seed=0, vproj="keep")
+    report = structinit.initialize(model, "impulse", seed=0, vproj="keep")
     dim = model.embed_dim
     for i, block in enumerate(model.blocks):
         qkv = block.attn.qkv.weight
@@ -163,8 +163,8 @@ def test_vproj_keep_leaves_value_and_projection_as_they_were(make_vit):
 def test_scale_content_gives_the_grown_embeddings_first_layer_maps_on_images_from_small_weights(make_vit, images):
     grown = make_vit()
     shrunk = copy.deepcopy(grown)
-    structinit.initialize(grown, "impulse-sharp", seed=0)
-    report = structinit.initialize(shrunk, "impulse-sharp", seed=0, scale="content")
+    structinit.initialize(grown, "impulse", seed=0)
+    report = structinit.initialize(shrunk, "impulse", seed=0, scale="content")
     assert report.options["scale"] == "content" and report.min_fidelity >= 0.97
     # the position embedding keeps timm's scale: the patch projection and class token carry the ratio
     factor = grown.pos_embed.detach().std() / shrunk.pos_embed.detach().std()
@@ -191,7 +191,7 @@ def test_scale_content_needs_a_linear_patch_embedding(make_vit):
     model = make_vit()
     model.patch_embed.norm = torch.nn.LayerNorm(model.embed_dim)
     with pytest.raises(ValueError, match="scale=content divides the patch projection, and this model's patch"):
-        structinit.initialize(model, "impulse-sharp", seed=0, scale="content")
+        structinit.initialize(model, "impulse", seed=0, scale="content")
     with pytest.raises(ValueError, match="scale"):
         structinit.initialize(make_vit(), "impulse", seed=0, scale="patch")
 
@@ -232,8 +232,8 @@ def test_acceptance_checks_the_issue_goals_on_seed_means_and_says_pending_until_
     study = load_benchmark("study_convergence")
     chosen = study.CHOSEN[0]
     grids = [
-        study.Grid("light", 6, 200, ["timm", "mimetic", "impulse-sharp", chosen, *study.CONTROL], [0, 1]),
-        study.Grid("light", 6, 500, ["timm", "mimetic", "impulse-sharp"], [0, 1]),
+        study.Grid("light", 6, 200, ["timm", "mimetic", "impulse", chosen, *study.CONTROL], [0, 1]),
+        study.Grid("light", 6, 500, ["timm", "mimetic", "impulse"], [0, 1]),
     ]
 
     def row(init, seed, top1, per_class=200, reached=None):
@@ -243,17 +243,17 @@ def test_acceptance_checks_the_issue_goals_on_seed_means_and_says_pending_until_
     rows = [
         *(row("timm", s, 50.0 + s) for s in (0, 1)),  # mean 50.5
         *(row("mimetic", s, 52.0) for s in (0, 1)),
-        row("impulse-sharp", 0, 53.0, reached=30),
-        row("impulse-sharp", 1, 52.0, reached=50),  # mean 52.5: +2 over timm, above mimetic
+        row("impulse", 0, 53.0, reached=30),
+        row("impulse", 1, 52.0, reached=50),  # mean 52.5: +2 over timm, above mimetic
         row(chosen, 0, 54.0, reached=60),  # one seed of two
         *(row(study.CONTROL[0], s, 53.0, reached=40) for s in (0, 1)),  # the control gets its own row
         *(row("timm", s, 60.0, per_class=500) for s in (0, 1)),
         *(row("mimetic", s, 61.0, per_class=500) for s in (0, 1)),
-        *(row("impulse-sharp", s, 59.0 + s, per_class=500) for s in (0, 1)),  # mean 59.5 < timm's 60
+        *(row("impulse", s, 59.0 + s, per_class=500) for s in (0, 1)),  # mean 59.5 < timm's 60
     ]
     lines = study.acceptance(rows, grids).splitlines()
     assert lines[2] == (
-        "| light-h6 | 200 | 50.50 | 52.00 | impulse-sharp | 52.50 ± 0.71 | ≥ timm +2, mimetic | yes "
+        "| light-h6 | 200 | 50.50 | 52.00 | impulse | 52.50 ± 0.71 | ≥ timm +2, mimetic | yes "
         "| 30, 50 (≤ 50) | yes |"
     )
     assert lines[3].startswith(f"| light-h6 | 200 | 50.50 | 52.00 | {chosen} | 54.00 ± - |")
@@ -262,7 +262,7 @@ def test_acceptance_checks_the_issue_goals_on_seed_means_and_says_pending_until_
         f"| light-h6 | 200 | 50.50 | 52.00 | {study.CONTROL[0]} | 53.00 ± 0.00 | ≥ timm +2, mimetic | yes "
         "| 40, 40 (≤ 50) | yes |"
     )
-    assert lines[5].startswith("| light-h6 | 500 | 60.00 | 61.00 | impulse-sharp | 59.50 ± 0.71 | ≥ timm +0 | no |")
+    assert lines[5].startswith("| light-h6 | 500 | 60.00 | 61.00 | impulse | 59.50 ± 0.71 | ≥ timm +0 | no |")
     assert lines[5].endswith("| never, never (≤ 50) | no |")
     assert len(lines) == 6  # the chosen setting and its control have no run at 500: no rows
     # runs whose curves were lost: the speed goal stays open while the others meet it, 'no' once one fails
@@ -281,8 +281,8 @@ def test_decision_applies_the_fixed_rule_and_pairs_the_control_by_seed():
     study = load_benchmark("study_convergence")
     chosen, control = study.CHOSEN[0], study.CONTROL[0]
     grids = [
-        study.Grid("light", 6, 200, ["timm", "impulse-sharp", chosen, control], [0, 1]),
-        study.Grid("light", 6, 500, ["timm", "impulse-sharp", chosen], [0, 1]),
+        study.Grid("light", 6, 200, ["timm", "impulse", chosen, control], [0, 1]),
+        study.Grid("light", 6, 500, ["timm", "impulse", chosen], [0, 1]),
     ]
 
     def row(init, seed, top1, per_class=200):
@@ -290,13 +290,13 @@ def test_decision_applies_the_fixed_rule_and_pairs_the_control_by_seed():
 
     rows = [
         *(row("timm", s, 50.0) for s in (0, 1)),
-        *(row("impulse-sharp", s, 49.0) for s in (0, 1)),
+        *(row("impulse", s, 49.0) for s in (0, 1)),
         row(chosen, 0, 51.0),
         row(chosen, 1, 52.0),
         row(control, 0, 48.0),  # -3
         row(control, 1, 48.5),  # -3.5: mean -3.25, standard error 0.25
         *(row("timm", s, 60.0, per_class=500) for s in (0, 1)),
-        *(row("impulse-sharp", s, 60.5, per_class=500) for s in (0, 1)),
+        *(row("impulse", s, 60.5, per_class=500) for s in (0, 1)),
         *(row(chosen, s, 60.0, per_class=500) for s in (0, 1)),  # ties timm, below the default
     ]
     assert study.decision(rows, grids).splitlines() == [
@@ -309,9 +309,9 @@ def test_decision_applies_the_fixed_rule_and_pairs_the_control_by_seed():
         "error): the chosen setting is ahead: the impulse structure counts.",
     ]
     # the default's runs at 500 lower: the rule is met; the control one point either side: a tie
-    better = [r for r in rows if not (r["init"] == "impulse-sharp" and r["per_class"] == 500)]
+    better = [r for r in rows if not (r["init"] == "impulse" and r["per_class"] == 500)]
     tied = [r if r["init"] != control else {**r, "top1": 52.0 - r["seed"]} for r in better]  # +1, -1
-    lines = study.decision([*tied, row("impulse-sharp", 0, 59.0, per_class=500)], grids).splitlines()
+    lines = study.decision([*tied, row("impulse", 0, 59.0, per_class=500)], grids).splitlines()
     assert lines[2] == "- **The chosen setting becomes the default: yes so far** (pending: 1 more run)."
     tie = "the control ties the chosen setting: what wins is the Q/K scale, not the impulse structure"
     assert lines[3].endswith(f"(2 pairs): +0.00 ± 1.00 (standard error): {tie} (pending: 1 more run).")
@@ -336,9 +336,9 @@ def test_smoke_convergence_study_runs_levers_on_validation_and_the_protocol_on_t
         ("light-h6-val", "timm"),
         ("light-h6-val", "impulse[target_fidelity=0.7]"),
         ("light-h6", "timm"),
-        ("light-h6", "impulse-sharp"),
+        ("light-h6", "impulse"),
         ("small-data-h6", "timm"),
-        ("small-data-h6", "impulse-sharp"),
+        ("small-data-h6", "impulse"),
     }
     assert {r["split"] for r in rows if r["grid"].endswith("-val")} == {"val"}
     assert {r["split"] for r in rows if not r["grid"].endswith("-val")} == {"test"}
@@ -346,7 +346,7 @@ def test_smoke_convergence_study_runs_levers_on_validation_and_the_protocol_on_t
     assert all(r["epochs_to_timm"] in ("", "1", "2") for r in rows) and by_grid["light-h6", "timm"]["epochs_to_timm"]
     assert {r["precision"] for r in rows} == {"float32"} and all(r["device"] for r in rows)  # fp32 on every CPU
     # the recipes differ as the protocol says: mixing, RandAugment, a warm-up of 1/6 of the run
-    run = out / "small-data-h6" / "per_class_8" / "impulse-sharp-seed0"
+    run = out / "small-data-h6" / "per_class_8" / "impulse-seed0"
     config = yaml.safe_load((run / "config.yaml").read_text())
     assert config["mixup"] == 0.8 and config["randaugment"] and config["warmup_epochs"] == 0.33
     assert (out / "light-h6" / "per_class_8" / "timm-seed0" / "snapshots" / "epoch_0002.pt").exists()
@@ -369,7 +369,7 @@ def test_smoke_convergence_study_runs_levers_on_validation_and_the_protocol_on_t
     assert "### light-h6-val" in text  # the study's tables stay
     section = text[text.index("<!-- mechanism:begin -->") :]
     rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| light-h6 ")]
-    assert [(r[0], r[1]) for r in rows] == [("| light-h6 impulse-sharp", e) for e in "02"] + [
+    assert [(r[0], r[1]) for r in rows] == [("| light-h6 impulse", e) for e in "02"] + [
         ("| light-h6 timm", e) for e in "02"
     ]
     impulse, timm = rows[0], rows[2]
@@ -379,14 +379,14 @@ def test_smoke_convergence_study_runs_levers_on_validation_and_the_protocol_on_t
     assert float(impulse[6]) == pytest.approx(-0.4, abs=0.02) and abs(float(timm[6])) < 0.02  # mimetic V/proj
 
     # the assigned offsets come from the run's own init record, not from a rebuild by today's code
-    record = out / "light-h6" / "per_class_8" / "impulse-sharp-seed0" / "init_report.json"
+    record = out / "light-h6" / "per_class_8" / "impulse-seed0" / "init_report.json"
     report = json.loads(record.read_text())
     for head in report["layers"][0]["heads"]:
         head["offset"] = [-o for o in head["offset"]]  # the mirror offset: a key the head does not attend
     record.write_text(json.dumps(report))
     assert mechanism.main(["--part", "training", "--runs", str(out), "--docs", str(docs), "--held-out", "2"]) == 0
     section = (docs / "convergence.md").read_text().split("<!-- mechanism:begin -->")[1]
-    mirrored = next(line.split(" | ") for line in section.splitlines() if line.startswith("| light-h6 impulse-sharp |"))
+    mirrored = next(line.split(" | ") for line in section.splitlines() if line.startswith("| light-h6 impulse |"))
     assert float(mirrored[2].split(" / ")[0]) < layer0 / 2
 
     # the results live in the committed ledger: a fresh checkout (no run directories) trains nothing
@@ -399,11 +399,11 @@ def test_smoke_convergence_study_runs_levers_on_validation_and_the_protocol_on_t
     assert study.main([*fresh, "--jobs", "1", "--part", "protocol"]) == 0
     assert not list((tmp_path / "fresh").glob("*/*/*/summary.json"))
     assert (docs / "convergence.csv").read_text() == tables
-    changed = next(r for r in kept if (r["grid"], r["init"]) == ("small-data-h6", "impulse-sharp"))
+    changed = next(r for r in kept if (r["grid"], r["init"]) == ("small-data-h6", "impulse"))
     changed["recipe_hash"] = "0000000000"
     ledger.write_text("".join(json.dumps(r) + "\n" for r in kept))
     with pytest.raises(
         SystemExit,
-        match="holds small-data-h6 8/class impulse-sharp seed 0 from another recipe or --data",
+        match="holds small-data-h6 8/class impulse seed 0 from another recipe or --data",
     ):
         study.main([*fresh, "--jobs", "1", "--part", "protocol"])

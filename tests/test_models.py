@@ -25,7 +25,7 @@ VARIANTS = {
 @pytest.mark.parametrize("name", VARIANTS)
 def test_variant_reaches_the_target_and_runs(name, images):
     model = small_vit(**VARIANTS[name])
-    report = structinit.initialize(model, "impulse-sharp", seed=0)
+    report = structinit.initialize(model, "impulse", seed=0)
     assert report.min_fidelity >= 0.95, str(report)
     height, width = model.patch_embed.img_size
     out = model(torch.randn(2, 3, height, width))
@@ -57,14 +57,14 @@ def test_fixed_sincos_position_embedding():
     model = small_vit()
     table = build_sincos2d_pos_embed((8, 8), 192).unsqueeze(0)
     model.pos_embed = torch.nn.Parameter(torch.cat([torch.zeros(1, 1, 192), table], 1), requires_grad=False)
-    report = structinit.initialize(model, "impulse-sharp", seed=0)
+    report = structinit.initialize(model, "impulse", seed=0)
     assert report.min_fidelity >= 0.95
     assert torch.equal(model.pos_embed[0, 1:], table[0])  # a fixed (frozen) table is never rescaled
 
 
 def test_deit_distilled_has_two_prefix_tokens():
     model = timm.create_model("deit_tiny_distilled_patch16_224", img_size=64, num_classes=10)
-    report = structinit.initialize(model, "impulse-sharp", seed=0)
+    report = structinit.initialize(model, "impulse", seed=0)
     assert model.num_prefix_tokens == 2 and report.min_fidelity >= 0.95
 
 
@@ -166,7 +166,7 @@ def test_gap_sincos_preset_has_a_frozen_table_that_inits_leave_alone():
     table = build_sincos2d_pos_embed((8, 8), 192).unsqueeze(0)
     assert model.cls_token is None and model.global_pool == "avg" and not model.pos_embed.requires_grad
     assert torch.equal(model.pos_embed, table)
-    for method in ("timm", "impulse-sharp"):
+    for method in ("timm", "impulse"):
         report = structinit.initialize(model, method, seed=0)
         assert torch.equal(model.pos_embed, table)
     assert report.min_fidelity >= 0.95

@@ -280,14 +280,34 @@ def test_compare_refuses_a_run_whose_init_label_now_resolves_to_other_options(tm
     compare(base, ["impulse"], [0], [10], tmp_path)
     record = tmp_path / "per_class_10" / "impulse-seed0" / "init_report.json"
     report = json.loads(record.read_text())
-    report["options"].update(target_fidelity=0.98, pos_scale=18.0)  # what the old default recorded
+    report["options"].update(target_fidelity=0.3, pos_scale=None)  # what the soft default of 144326c recorded
+    del report["options"]["base"]  # an option it did not have yet
     record.write_text(json.dumps(report))
-    with pytest.raises(RunError, match=r"was made with init 'impulse' with target_fidelity=0.98 \(now 0.3\), "
-                       r"pos_scale=18.0 \(now None\): use another --out, or --rerun"):  # fmt: skip
+    with pytest.raises(RunError, match=r"was made with init 'impulse' with target_fidelity=0.3 \(now 0.98\), "
+                       r"pos_scale=None \(now 18.0\): use another --out, or --rerun"):  # fmt: skip
         compare(base, ["impulse"], [0], [10], tmp_path)
     rows = compare(base, ["impulse"], [0], [10], tmp_path, rerun=True)
-    assert len(rows) == 1 and json.loads(record.read_text())["options"]["target_fidelity"] == 0.3
+    assert len(rows) == 1 and json.loads(record.read_text())["options"]["target_fidelity"] == 0.98
     compare(base, ["impulse"], [0], [10], tmp_path)  # recorded and resolved agree: nothing is refused
+
+
+def test_a_run_older_than_an_option_counts_as_its_default(tmp_path):
+    """impulse-authors now takes the authors' base (base=kaiming); a run that recorded no base ran on the
+    model's own (keep): refused under the new label, accepted under impulse-authors[base=keep]."""
+    base = TrainConfig(**{**FAST, "per_class": None}, epochs=1)
+    label = "impulse-authors[base=keep]"
+    compare(base, [label], [0], [10], tmp_path)
+    record = tmp_path / "per_class_10" / f"{label}-seed0" / "init_report.json"
+    report = json.loads(record.read_text())
+    del report["options"]["base"]
+    record.write_text(json.dumps(report))
+    compare(base, [label], [0], [10], tmp_path)  # base missing = keep: the same init
+    moved = tmp_path / "per_class_10" / "impulse-authors-seed0"
+    (tmp_path / "per_class_10" / f"{label}-seed0").rename(moved)
+    config = yaml.safe_load((moved / "config.yaml").read_text())
+    (moved / "config.yaml").write_text(yaml.safe_dump({**config, "init": "impulse-authors", "out": str(moved)}))
+    with pytest.raises(RunError, match=r"init 'impulse-authors' with base='keep' \(now 'kaiming'\)"):
+        compare(base, ["impulse-authors"], [0], [10], tmp_path)
 
 
 def test_results_never_average_rows_of_different_recipes():
@@ -392,7 +412,7 @@ def test_the_init_gives_the_same_weights_however_the_model_was_constructed():
         if patch_embed is not None:
             model.patch_embed.load_state_dict(patch_embed)
         patch_embed = model.patch_embed.state_dict()
-        initialize(model, "impulse-sharp", seed=0)
+        initialize(model, "impulse", seed=0)
         states.append({k: v for k, v in model.state_dict().items() if "attn" in k or k in ("pos_embed", "cls_token")})
     assert states[0].keys() == states[1].keys() and all(torch.equal(states[0][k], states[1][k]) for k in states[0])
 

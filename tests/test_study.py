@@ -33,7 +33,7 @@ def test_smoke_study_runs_every_grid_writes_the_docs_and_resumes(tmp_path, capsy
         ("vit-h12", "impulse"),
         ("vit-h12", "mimetic"),  # the extended grid, in the protocol's grid directory
         ("convmixer", "default"),
-        ("levers-h12", "impulse-sharp[target_fidelity=0.9]"),
+        ("levers-h12", "impulse[target_fidelity=0.9]"),
     }
     assert all(r["per_class"] == "8" and r["epochs"] == "1" and 0 <= float(r["top1"]) <= 100 for r in rows)
     assert {r["dataset"] for r in rows} == {"images"}  # imagefolder:PATH is named by its folder
@@ -42,7 +42,7 @@ def test_smoke_study_runs_every_grid_writes_the_docs_and_resumes(tmp_path, capsy
     assert results.count("<!-- tables:begin -->") == 1 and "### vit-h12 (cpu-quick)" in results
     assert "| impulse-authors | 1 |" in results and (docs / "figures" / "curves-vit-h12.png").exists()
     levers = results[results.index("### levers-h12") :]
-    assert "| impulse-sharp[target_fidelity=0.9] | 1 |" in levers and "| timm | 1 |" in levers  # beside the reference
+    assert "| impulse[target_fidelity=0.9] | 1 |" in levers and "| timm | 1 |" in levers  # beside the reference
     assert (docs / "figures" / "attention-impulse-init.png").exists()
     assert (docs / "figures" / "attention-impulse-trained.png").exists()
 
@@ -92,7 +92,7 @@ def test_smoke_theory_fills_the_tables_and_ranks(tmp_path):
     assert "| 2 heads (dim 8) | 4 heads (dim 4) |" in text and "- |" not in text.split("Stable rank")[0]
     assert (
         "| ConvMixer width 16, 3x3, trained filters |" in text
-        and "| ViT width 16, 4 heads, impulse-sharp init |" in text
+        and "| ViT width 16, 4 heads, impulse init |" in text
     )
     assert (out / "docs" / "figures" / "theory.png").exists() and (
         out / "docs" / "figures" / "theory-rank-1.png"
@@ -145,8 +145,8 @@ def test_mechanism_conditioning_builds_its_upsampled_vit_as_the_trainer_does(tmp
     name, arch, kwargs, size = mechanism.CONDITIONING_ROWS[-1]
     assert size == 224
     monkeypatch.setattr(mechanism, "CONDITIONING_ROWS", [(name, arch, {**kwargs, "depth": 1}, size)])
-    monkeypatch.setattr(mechanism, "CONDITIONING_INITS", ["timm", "impulse-sharp"])
+    monkeypatch.setattr(mechanism, "CONDITIONING_INITS", ["timm", "impulse"])
     assert mechanism.main(["--part", "conditioning", "--data", f"imagefolder:{data}"]) == 0
     rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith(f"| {name} |")]
-    assert [row[1] for row in rows] == ["timm", "impulse-sharp"]
+    assert [row[1] for row in rows] == ["timm", "impulse"]
     assert float(rows[1][3]) > 0.97  # the sharp form reaches its fidelity on the pseudo input
