@@ -14,9 +14,9 @@ and 500 images per class (one fixed draw, subset seed 0), the full 10,000-image 
 FINDINGS ViT (width 192, depth 6, 32 px, patch 4, class token) with 12 heads (dimension 16) at 200
 and 500 per class and with 3 heads (dimension 64) at 200, the `cpu-quick` recipe with about 300
 optimiser steps for every subset size, 3 seeds; inits timm, kaiming (12 heads, 200 per class),
-mimetic, impulse-authors[base=keep] (the authors' settings on timm's base), impulse (the paper's sharp form) and impulse-soft (the
-soft maps chosen at 64 tokens); a ConvMixer of the same
-width, depth, patch and kernel as the CNN reference row at 100, 200 and 500 per class.
+mimetic, impulse-authors[base=keep] (the authors' settings on timm's base), impulse (the paper's sharp
+form) and impulse-soft (the soft maps chosen at 64 tokens); a ConvMixer of the same width, depth, patch
+and kernel as the CNN reference row at 100, 200 and 500 per class.
 Extended: the 12-head ViT at 100 per class and kaiming with 3 heads.
 Levers: 200 per class, 12 heads, one seed each (some three), each a change to impulse.
 Every finished run is a row of the ledger docs/results-runs.jsonl (curve included), from which
@@ -54,7 +54,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # optimiser steps are what a CPU budget buys: ~300 at batch 128 for each subset size
 EPOCHS = {100: 40, 200: 20, 500: 8}
 INITS = ["timm", "kaiming", "mimetic", "impulse-authors[base=keep]", "impulse", "impulse-soft"]
-INITS_BY_SIZE = ["timm", "mimetic", "impulse-authors[base=keep]", "impulse", "impulse-soft"]  # kaiming: 200 per class only
+# kaiming: 200 per class only
+INITS_BY_SIZE = ["timm", "mimetic", "impulse-authors[base=keep]", "impulse", "impulse-soft"]
 LEDGER = "results-runs.jsonl"
 SEEDS = [0, 1, 2]
 H12 = {"num_heads": 12}
@@ -302,7 +303,7 @@ def attention_figures(out: Path, figures: Path, per_class: int) -> None:
         run = run_dir(out / "vit-h12", per_class, init, 0)
         if (run / "summary.json").exists():
             for at_init, state in ((True, "init"), (False, "trained")):
-                path = figures / f"attention-{init}-{state}.png"
+                path = figures / f"attention-{init.split('[')[0]}-{state}.png"
                 attention_figure(str(run), at_init=at_init, out=path, dpi=50)  # small enough to commit
 
 

@@ -253,8 +253,7 @@ def test_acceptance_checks_the_issue_goals_on_seed_means_and_says_pending_until_
     ]
     lines = study.acceptance(rows, grids).splitlines()
     assert lines[2] == (
-        "| light-h6 | 200 | 50.50 | 52.00 | impulse | 52.50 ± 0.71 | ≥ timm +2, mimetic | yes "
-        "| 30, 50 (≤ 50) | yes |"
+        "| light-h6 | 200 | 50.50 | 52.00 | impulse | 52.50 ± 0.71 | ≥ timm +2, mimetic | yes | 30, 50 (≤ 50) | yes |"
     )
     assert lines[3].startswith(f"| light-h6 | 200 | 50.50 | 52.00 | {chosen} | 54.00 ± - |")
     assert lines[3].endswith("| yes (pending: 1/2 seeds) | 60 (≤ 50) | no (pending: 1/2 seeds) |")

@@ -227,10 +227,7 @@ def test_heads_too_small_for_the_target_get_a_warning(make_vit):
 
 def test_tiny_heads_still_reach_the_target(make_vit):
     for heads, f in [(48, 5), (64, 3)]:  # head dimensions 4 and 3
-        assert (
-            structinit.initialize(make_vit(num_heads=heads), "impulse", kernel_size=f, seed=0).min_fidelity
-            >= 0.979
-        )
+        assert structinit.initialize(make_vit(num_heads=heads), "impulse", kernel_size=f, seed=0).min_fidelity >= 0.979
 
 
 def test_the_authors_solver_loses_fidelity_on_small_heads():

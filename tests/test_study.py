@@ -29,7 +29,7 @@ def test_smoke_study_runs_every_grid_writes_the_docs_and_resumes(tmp_path, capsy
     labels = {(r["grid"], r["init"]) for r in rows}
     assert labels == {
         ("vit-h12", "timm"),
-        ("vit-h12", "impulse-authors"),
+        ("vit-h12", "impulse-authors[base=keep]"),
         ("vit-h12", "impulse"),
         ("vit-h12", "mimetic"),  # the extended grid, in the protocol's grid directory
         ("convmixer", "default"),
@@ -90,10 +90,7 @@ def test_smoke_theory_fills_the_tables_and_ranks(tmp_path):
     for row in ("| trained |", "| random (frozen) |", "| impulse (frozen) |", "| box (frozen) |", "| mimetic |"):
         assert row in text
     assert "| 2 heads (dim 8) | 4 heads (dim 4) |" in text and "- |" not in text.split("Stable rank")[0]
-    assert (
-        "| ConvMixer width 16, 3x3, trained filters |" in text
-        and "| ViT width 16, 4 heads, impulse init |" in text
-    )
+    assert "| ConvMixer width 16, 3x3, trained filters |" in text and "| ViT width 16, 4 heads, impulse init |" in text
     assert (out / "docs" / "figures" / "theory.png").exists() and (
         out / "docs" / "figures" / "theory-rank-1.png"
     ).exists()

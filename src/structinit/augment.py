@@ -60,7 +60,8 @@ def random_flip(images: torch.Tensor, generator: torch.Generator) -> torch.Tenso
 class BatchAugment:
     """uint8 batch -> augmented, normalised float batch (and soft targets when mixing)."""
 
-    def __init__(self, mean, std, padding: int = 0, flip: bool = False, mixup=None, randaugment: str | None = None):
+    def __init__(self, mean, std, padding=0, flip=False, mixup=None, randaugment: str | None = None, group=8):
+        self.group = group  # images that share one RandAugment draw
         self.mean = torch.tensor(mean).view(1, -1, 1, 1)
         self.std = torch.tensor(std).view(1, -1, 1, 1)
         self.padding, self.flip, self.mixup = padding, flip, mixup
@@ -72,7 +73,7 @@ class BatchAugment:
 
     def __call__(self, images: torch.Tensor, labels: torch.Tensor, generator: torch.Generator):
         if self.randaugment is not None:
-            images = rand_augment(images, self.randaugment, generator)
+            images = rand_augment(images, self.randaugment, generator, self.group)
         images = random_crop(images, self.padding, generator)
         if self.flip:
             images = random_flip(images, generator)

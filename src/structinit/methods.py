@@ -50,9 +50,10 @@ def initialize(
 ) -> Report:
     """Initialise `model` in place with `method` and return a report.
 
-    Vision transformers: "timm", "kaiming", "mimetic", "impulse"; see each `init_*` function for its
-    options. A named setting of a method (options.VARIANTS: "impulse-sharp", the paper's sharp form,
-    and "impulse-authors") is taken too, keywords overriding its options. `kernel_size` (default 3)
+    Vision transformers: "timm", "kaiming", "mimetic", "impulse", "qk-norm" (the control: the impulse
+    bundle without its structure); see each `init_*` function for its
+    options. A named setting of a method (options.VARIANTS: "impulse-soft", the soft maps chosen at 64
+    tokens, and "impulse-authors") is taken too, keywords overriding its options. `kernel_size` (default 3)
     is the f of the f x f kernel: the impulse offsets, and the offsets against which every method's
     attention maps are measured in the report.
     Swin v1: "timm", "kaiming", "mimetic", "impulse" (through the relative-position bias,
@@ -66,7 +67,8 @@ def initialize(
     the learned position embedding and prefix tokens, which they read, from the seed's generator
     (at timm's init); everything else they write is drawn from it too. Of the weights they leave,
     impulse reads only the patch embedding (with blind_to_content, the maps ignore its span), and
-    with propagate=True every block's output; `structinit init --seed` and the trainer seed the
+    with propagate=True every block's output (qk-norm rescales the Q/K it finds: with base="timm" or
+    "kaiming" every weight is drawn from the seed); `structinit init --seed` and the trainer seed the
     model's construction as well, so their weights repeat exactly. A model wrapped by torch.compile,
     DistributedDataParallel or DataParallel is initialised through the wrapper (they share weights).
     """
@@ -171,7 +173,7 @@ def _split_method(method: str | MethodOptions, options: dict[str, Any]) -> tuple
         return method.method, method
     if not isinstance(method, str):
         raise TypeError(f"method must be a name such as 'impulse' or an options object, got {method!r}")
-    if method in VARIANTS:  # a named setting of a method, e.g. impulse-sharp; keywords override it
+    if method in VARIANTS:  # a named setting of a method, e.g. impulse-soft; keywords override it
         return VARIANTS[method][0], {**VARIANTS[method][1], **options}
     return method, options
 
@@ -303,10 +305,11 @@ def init_impulse(
     comparison (see `authors_closed_form`); with assignment="ordered" and blind_to_content=False it
     is their impulse init.
 
-    The defaults (target_fidelity 0.3, pos_scale None, vproj "keep") are the setting that ended best
-    at convergence (docs/convergence.md); the paper's form is the variant "impulse-sharp" (0.98, 18,
-    "mimetic"). The authors' scales: the position embedding is multiplied by 18, so that it weighs
-    more against the patch content on real images. Here `pos_scale` rescales it to a standard deviation of
+    The defaults are the paper's form (target_fidelity 0.98, pos_scale 18, vproj "mimetic"); the soft
+    setting chosen on the 64-token protocol is the variant "impulse-soft" (0.3, None, "keep";
+    docs/convergence.md). `base`: the layers the init does not set, kept or redrawn first
+    (docs/methods.md). The authors' scales: the position embedding is multiplied by 18, so that it
+    weighs more against the patch content on real images. Here `pos_scale` rescales it to a standard deviation of
     pos_scale x 0.02 (timm's init std): x18 on a fresh timm model, and the same result if the init
     is applied twice; `pos_scale=None` leaves it as it is. A frozen (fixed, e.g. sin-cos) table is
     always left as it is. `scale="content"` reaches the same ratio the other way: the position

@@ -13,6 +13,8 @@ from timm.models.convmixer import ConvMixer
 from timm.models.mlp_mixer import MlpMixer
 from torch import nn
 
+# the paper's v1 ViT at 32 px: no class token, global average pooling, a fixed 2-D sin-cos position table
+V1 = dict(img_size=32, class_token=False, global_pool="avg", pos_embed="sincos")
 # name -> (timm architecture name or model class, keyword arguments); img_size is the preset's own
 # image size, which the data's size replaces when there is data (channels always come from the data)
 PRESETS: dict[str, tuple[str | Callable[..., nn.Module], dict[str, Any]]] = {
@@ -26,19 +28,12 @@ PRESETS: dict[str, tuple[str | Callable[..., nn.Module], dict[str, Any]]] = {
     "vit_d6_p4": ("vit_tiny_patch16_224", dict(img_size=32, patch_size=4, depth=6)),  # the FINDINGS / study ViT
     # the convergence study's ViT on a 2-core CPU: half the width, two thirds of the depth (~7x cheaper)
     "vit_w96_d4_p4": ("vit_tiny_patch16_224", dict(img_size=32, patch_size=4, depth=4, embed_dim=96)),
-    # the paper's v1 ViT: no class token, global average pooling, a fixed 2-D sin-cos position table
-    "vit_d6_p4_gap_sincos": (
-        "vit_tiny_patch16_224",
-        dict(img_size=32, patch_size=4, depth=6, class_token=False, global_pool="avg", pos_embed="sincos"),
-    ),
+    # the paper's v1 ViT at the study ViT's size
+    "vit_d6_p4_gap_sincos": ("vit_tiny_patch16_224", dict(V1, patch_size=4, depth=6)),
     # the paper's v1 ViT at 256 tokens (patch 2) and the width a 2-core CPU trains (docs/regimes.md)
-    "vit_w96_d6_p2_gap_sincos": (
-        "vit_tiny_patch16_224",
-        dict(
-            img_size=32, patch_size=2, embed_dim=96, depth=6, num_heads=6,
-            class_token=False, global_pool="avg", pos_embed="sincos",
-        ),  # fmt: skip
-    ),
+    "vit_w96_d6_p2_gap_sincos": ("vit_tiny_patch16_224", dict(V1, patch_size=2, embed_dim=96, depth=6, num_heads=6)),
+    # the paper's Table 5 ViT (depth 8, width 256, 8 heads, patch 2, GAP + sin-cos): benchmarks/gpu_table5.py
+    "vit_w256_d8_p2_gap_sincos": ("vit_tiny_patch16_224", dict(V1, patch_size=2, embed_dim=256, depth=8, num_heads=8)),
     # the CNN yardstick of the study: the ViT's width, depth, patch and kernel (3 x 3) as a ConvMixer
     "convmixer_d6_p4": (ConvMixer, dict(dim=192, depth=6, patch_size=4, kernel_size=3)),
     # the study ViT's budget in other families (families.md): 6 blocks, 8 x 8 tokens of 192 at the end

@@ -1,0 +1,230 @@
+"""The paper's Table 5 cell on one GPU: four inits trained at once on the same batches.
+
+    python benchmarks/gpu_table5.py --data cifar10:/tmp/cifar10 --out runs/table5      # one GPU, ~20 min
+    python benchmarks/gpu_table5.py --smoke --out /tmp/table5                          # any CPU: the pipeline
+
+The cell (Zheng et al., Table 5; ../shared/FINDINGS.md): CIFAR-10, all 50,000 training images, the
+full test set; the paper's v1 ViT: depth 8, width 256, 8 heads, patch 2 at 32 px (256 tokens), global
+average pooling, a fixed 2-D sin-cos position table; batch 512, AdamW lr 1e-3, weight decay 0.01,
+cosine schedule with 5 warm-up epochs, gradient clipping at 3, RandAugment (m9, n2) with crop and flip,
+bf16 autocast. The paper trains 200 epochs: kaiming 85.16, trunc-normal (timm) 87.10, mimetic 89.45,
+impulse 90.67. Here every init trains the same number of epochs (default 50), so compare with the
+paper's ordering, not its numbers; the timm row checks the recipe (far under 87 at a comparable budget
+means the recipe is wrong before any init comparison means anything).
+
+The inits: `kaiming` (the paper's "Kaiming Uniform", the authors' baseline), `timm`, and mimetic and
+impulse on the authors' base (`base=kaiming`: every layer they do not set keeps PyTorch's default), as
+in the paper's table. The four models see the same batches in the same order (one augmentation per
+step, on the GPU), each with its own optimiser and schedule: a paired comparison, and the GPU stays
+busy. Every epoch appends one line per init (train loss, img/s, test top-1 when evaluated) to
+OUT/ledger.jsonl; OUT/summary.json and OUT/curves.png follow each evaluation, so a lost machine loses
+little. Each model is built and initialised exactly as `structinit train` builds it for the same
+settings and seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from timm.optim import create_optimizer_v2
+from timm.scheduler import CosineLRScheduler
+from torch import nn
+
+from structinit.augment import BatchAugment
+from structinit.data import load_data
+from structinit.options import split_top_level
+from structinit.train import TrainConfig, build_model, prefer_math_attention, resolve_amp, resolve_device
+
+INITS = ["kaiming", "timm", "mimetic[base=kaiming]", "impulse[base=kaiming]"]
+MODEL = "vit_w256_d8_p2_gap_sincos"
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    epochs: int = 50
+    batch_size: int = 512
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    warmup_epochs: float = 5
+    min_lr: float = 1e-5
+    clip_grad: float = 3.0
+    randaugment: str = "rand-m9-n2"
+    eval_every: int = 5
+
+
+SMOKE = Recipe(epochs=2, batch_size=20, warmup_epochs=0.5, eval_every=1)
+
+
+class Member:
+    """One init's model, optimiser and schedule, trained on the batches every member shares."""
+
+    def __init__(self, init: str, config: TrainConfig, data, recipe: Recipe, device, steps: int, compile: bool):
+        self.init = init
+        self.model, self.report = build_model(config, data)
+        self.model.to(device)
+        self.forward = torch.compile(self.model) if compile else self.model
+        fused = device.type == "cuda"
+        self.optimizer = create_optimizer_v2(
+            self.model, "adamw", lr=recipe.lr, weight_decay=recipe.weight_decay,
+            fused=True if fused else None, foreach=False if fused else None,
+        )  # fmt: skip
+        self.scheduler = CosineLRScheduler(
+            self.optimizer,
+            t_initial=recipe.epochs * steps,
+            lr_min=recipe.min_lr,
+            warmup_t=round(recipe.warmup_epochs * steps),
+            warmup_lr_init=1e-6,
+            t_in_epochs=False,
+        )
+        self.curve: list[tuple[int, float]] = []
+        self.loss_curve: list[tuple[int, float]] = []
+
+    def step(self, images, labels, amp, clip: float, step: int) -> torch.Tensor:
+        with torch.autocast(images.device.type, dtype=amp, enabled=amp is not None):
+            loss = nn.functional.cross_entropy(self.forward(images), labels)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+        self.optimizer.step()
+        self.scheduler.step_update(step)
+        return loss.detach()
+
+
+@torch.no_grad()
+def top1(model: nn.Module, images, labels, normalise, amp, batch: int = 1000) -> float:
+    model.eval()
+    correct = 0
+    for x, y in zip(images.split(batch), labels.split(batch)):
+        with torch.autocast(x.device.type, dtype=amp, enabled=amp is not None):
+            correct += int((model(normalise(x)).argmax(1) == y).sum())
+    model.train()
+    return 100.0 * correct / len(labels)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    recipe = SMOKE if args.smoke else dataclasses.replace(Recipe(), epochs=args.epochs)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    device = resolve_device(args.device, 0)
+    amp = resolve_amp("auto", device)
+    data = load_data(args.data, per_class=10 if args.smoke else None)
+    kwargs = {"depth": 1, "embed_dim": 32, "num_heads": 2} if args.smoke else {}
+    steps = len(data.train_labels) // recipe.batch_size
+    members = []
+    for init in args.inits:
+        config = TrainConfig(data=args.data, model=MODEL, model_kwargs=kwargs, init=init, seed=args.seed, out=str(out))
+        members.append(Member(init, config, data, recipe, device, steps, args.compile))
+        prefer_math_attention(members[-1].model, device, amp)
+    mean = std = (0.5,) * data.image_shape[0]
+    padding = data.image_shape[1] // 8
+    augment = BatchAugment(mean, std, padding, True, randaugment=recipe.randaugment, group=args.augment_group)
+    images, labels = data.train_images.to(device), data.train_labels.to(device)
+    test_images, test_labels = data.test_images.to(device), data.test_labels.to(device)
+    ledger = out / "ledger.jsonl"
+    ledger.write_text("")
+    generator = torch.Generator().manual_seed(args.seed)
+    started = time.perf_counter()
+    for epoch in range(recipe.epochs):
+        order = torch.randperm(len(labels), generator=generator)[: steps * recipe.batch_size].view(steps, -1)
+        losses = {m.init: torch.zeros((), device=device) for m in members}
+        seconds = {m.init: 0.0 for m in members}
+        for i, index in enumerate(order):
+            index = index.to(device)
+            x, y = augment(images[index], labels[index], generator)
+            for m in members:
+                tick = time.perf_counter()
+                losses[m.init] += m.step(x, y, amp, recipe.clip_grad, epoch * steps + i + 1)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)  # a member's own time, for its img/s
+                seconds[m.init] += time.perf_counter() - tick
+        evaluate = (epoch + 1) % recipe.eval_every == 0 or epoch + 1 == recipe.epochs
+        with open(ledger, "a") as f:
+            for m in members:
+                line = {
+                    "init": m.init,
+                    "epoch": epoch + 1,
+                    "step": (epoch + 1) * steps,
+                    "train_loss": float(losses[m.init]) / steps,
+                    "img_per_s": steps * recipe.batch_size / max(seconds[m.init], 1e-9),
+                    "elapsed": time.perf_counter() - started,
+                }
+                m.loss_curve.append((epoch + 1, line["train_loss"]))
+                if evaluate:
+                    line["test_top1"] = top1(m.model, test_images, test_labels, augment.normalise, amp)
+                    m.curve.append((epoch + 1, line["test_top1"]))
+                f.write(json.dumps(line) + "\n")
+        if evaluate:
+            summary = write_summary(members, recipe, data, device, amp, out, time.perf_counter() - started)
+            if not args.quiet:
+                print(f"epoch {epoch + 1}: " + ", ".join(f"{m.init} {m.curve[-1][1]:.2f}" for m in members), flush=True)
+    return summary
+
+
+def write_summary(members, recipe: Recipe, data, device, amp, out: Path, seconds: float) -> dict[str, Any]:
+    """OUT/summary.json (the recipe, where it ran, each init's final and best top-1) and OUT/curves.png."""
+    from structinit.plots import plot_curves
+
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    rows = [
+        {
+            "dataset": data.name,
+            "model": MODEL,
+            "heads": "",
+            "per_class": "",
+            "epochs": recipe.epochs,
+            "split": "test",
+            "recipe": "table5",
+            "init": m.init,
+            "seed": 0,
+            "top1": m.curve[-1][1],
+            "best_top1": max(t for _, t in m.curve),
+            "curve": m.curve,
+            "loss_curve": m.loss_curve,
+        }
+        for m in members
+    ]
+    plot_curves(rows, out / "curves.png")
+    summary = {
+        "recipe": dataclasses.asdict(recipe),
+        "device": name,
+        "precision": str(amp).removeprefix("torch.") if amp is not None else "float32",
+        "seconds": round(seconds, 1),
+        "epochs_done": members[0].curve[-1][0],
+        "results": {r["init"]: {"final_top1": r["top1"], "best_top1": r["best_top1"]} for r in rows},
+        "fidelity": {m.init: round(m.report.mean_fidelity, 4) for m in members if m.report.mean_fidelity is not None},
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", help="structinit --data spec (default: ../shared's CIFAR-10; digits with --smoke)")
+    parser.add_argument("--out", default="runs/table5")
+    parser.add_argument("--epochs", type=int, default=Recipe.epochs, help="the same for every init")
+    parser.add_argument("--inits", default=",".join(INITS), help="comma-separated init labels")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--compile", action="store_true", help="torch.compile each model (GPU)")
+    parser.add_argument("--augment-group", type=int, default=32, help="images sharing one RandAugment draw")
+    parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--smoke", action="store_true", help="a 1-block model, 100 images, 2 epochs: the pipeline")
+    args = parser.parse_args(argv)
+    args.inits = split_top_level(args.inits)
+    args.data = args.data or ("digits" if args.smoke else "cifar10:../shared/datasets/cifar10")
+    if args.epochs < 1:
+        parser.error("--epochs must be >= 1")
+    summary = run(args)
+    print(json.dumps(summary["results"], indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

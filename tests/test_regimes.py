@@ -1,0 +1,61 @@
+"""The regime study (benchmarks/study_regimes.py) and the GPU Table 5 script (benchmarks/gpu_table5.py),
+in their --smoke modes, and the calibration rule."""
+
+import csv
+import json
+
+from conftest import load_benchmark, make_imagefolder
+
+
+def test_gpu_table5_smoke_trains_four_inits_on_shared_batches_and_writes_its_ledger(tmp_path):
+    table5 = load_benchmark("gpu_table5")
+    assert table5.main(["--smoke", "--quiet", "--out", str(tmp_path / "four")]) == 0
+    lines = [json.loads(line) for line in (tmp_path / "four" / "ledger.jsonl").read_text().splitlines()]
+    assert [(x["init"], x["epoch"]) for x in lines] == [(i, e) for e in (1, 2) for i in table5.INITS]
+    assert all(0 <= x["test_top1"] <= 100 and x["img_per_s"] > 0 for x in lines)
+    summary = json.loads((tmp_path / "four" / "summary.json").read_text())
+    assert set(summary["results"]) == set(table5.INITS) and summary["epochs_done"] == 2
+    assert summary["recipe"]["batch_size"] == 20 and (tmp_path / "four" / "curves.png").stat().st_size > 0
+    # a member's training does not depend on the others: timm alone follows the same numbers
+    assert table5.main(["--smoke", "--quiet", "--inits", "timm", "--out", str(tmp_path / "one")]) == 0
+    alone = [json.loads(line) for line in (tmp_path / "one" / "ledger.jsonl").read_text().splitlines()]
+    keys = ("epoch", "train_loss", "test_top1")
+    timm = [tuple(x[k] for k in keys) for x in lines if x["init"] == "timm"]
+    assert [tuple(x[k] for k in keys) for x in alone] == timm
+
+
+def row(grid, init, seed, top1):
+    return {"grid": grid, "init": init, "seed": seed, "top1": top1}
+
+
+def test_calibration_needs_mimetic_over_kaiming_by_1_5_and_over_timm_by_1_on_both_seeds():
+    study = load_benchmark("study_regimes")
+    regimes = {"r": study.REGIMES[study.CANDIDATES[0]]}
+    mimetic = study.CALIBRATION_INITS[2]
+    rows = [row("r-val", "kaiming", s, 50.0) for s in (0, 1)] + [row("r-val", "timm", s, 50.5) for s in (0, 1)]
+    rows.append(row("r-val", mimetic, 0, 51.6))
+    assert "pending (5/6 runs)" in study.calibration(rows, regimes)
+    met = study.calibration([*rows, row("r-val", mimetic, 1, 51.4)], regimes)  # mean 51.5: +1.5, +1.0
+    assert met.strip().splitlines()[-1].endswith("| **yes** |")
+    short = study.calibration([*rows, row("r-val", mimetic, 1, 51.3)], regimes)
+    assert short.strip().splitlines()[-1].endswith("| no |")
+
+
+def test_regime_study_smoke_calibrates_on_validation_and_resumes_from_its_ledger(tmp_path, capsys):
+    study = load_benchmark("study_regimes")
+    data = make_imagefolder(tmp_path / "images", 32, per_class=8, classes=["a", "b", "c"])
+    args = ["--smoke", "--data", f"imagefolder:{data}", "--out", str(tmp_path / "out"), "--jobs", "1"]
+    assert study.main(args) == 0
+    docs = tmp_path / "out" / "docs"
+    with open(docs / "regimes.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == study.CSV_COLUMNS
+    assert sorted((r["init"], r["seed"]) for r in rows) == sorted(
+        (i, str(s)) for i in study.CALIBRATION_INITS for s in study.CALIBRATION_SEEDS
+    )
+    assert {(r["regime"], r["split"], r["tokens"], r["per_class"]) for r in rows} == {("smoke", "val", "256", "4")}
+    assert "### Calibration" in (docs / "regimes.md").read_text()
+    fresh = ["--smoke", "--data", f"imagefolder:{data}", "--out", str(tmp_path / "fresh"), "--docs", str(docs)]
+    capsys.readouterr()
+    assert study.main(fresh) == 0  # a checkout without run directories trains nothing the ledger holds
+    assert "calibrate: 0 of 6 runs to train" in capsys.readouterr().out
