@@ -47,7 +47,7 @@ import structinit
 from structinit.adapters import get_adapter
 from structinit.data import load_data
 from structinit.experiments import write_generated_section
-from structinit.fidelity import layer_inputs, offset_mass
+from structinit.fidelity import attention_entropy, layer_inputs, offset_mass
 from structinit.rank import feature_ranks
 from structinit.train import TrainConfig, build_model, normalise_for, normalised_test_images, read_config
 
@@ -154,17 +154,6 @@ def conditioning_part(spec: str, data) -> None:
             )
 
 
-def entropy_fraction(model: nn.Module, images: torch.Tensor) -> float:
-    """Mean over layers, heads, queries and images of H(attention row) / log(T)."""
-    adapter = get_adapter(model)
-    values = []
-    with torch.no_grad():
-        for layer, x in zip(adapter.layers(), layer_inputs(adapter, images)):
-            attn = layer.attention(x).float().clamp_min(1e-12)
-            values.append((-(attn * attn.log()).sum(-1) / torch.log(torch.tensor(attn.shape[-1]))).mean())
-    return float(torch.stack(values).mean())
-
-
 def gradient_ratios(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> tuple[float, float]:
     """|grad| / |W| of the query/key rows of qkv and of the MLPs, summed over blocks."""
     model.zero_grad()
@@ -207,7 +196,7 @@ def snapshot_measures(model: nn.Module, images: torch.Tensor, offsets: list[list
         "on_target_l0": on_target[0] if on_target else float("nan"),
         "on_target": sum(on_target) / len(on_target) if on_target else float("nan"),
         "best_offset": structinit.fidelity(model, images).mean_fidelity,
-        "entropy": entropy_fraction(model, images),
+        "entropy": attention_entropy(model, images),
         "pos_over_patch": pos_over_patch,
         "vproj_identity": sum(identity) / len(identity),
         "vproj_stable_rank": sum(ranks) / len(ranks),
@@ -307,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
             images = normalised_test_images(model, data, 256)
             labels = data.test_labels[:256]
             real = structinit.fidelity(model, images)
-            entropy = entropy_fraction(model, images)
+            entropy = attention_entropy(model, images)
             with torch.no_grad():
                 last = feature_ranks(model, images)[-1].stable_rank
             qk, mlp = gradient_ratios(model, images, labels)

@@ -97,6 +97,33 @@ class Member:
         return loss.detach()
 
 
+class Clock:
+    """A member's own time: CUDA events around its steps (read once an epoch, so the host never waits
+    between members and the GPU stays busy), or the wall clock on a CPU."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda, self.spans, self.total = device.type == "cuda", [], 0.0
+
+    def __enter__(self) -> None:
+        if self.cuda:
+            self.spans.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
+            self.spans[-1][0].record()
+        else:
+            self.tick = time.perf_counter()
+
+    def __exit__(self, *exc) -> None:
+        if self.cuda:
+            self.spans[-1][1].record()
+        else:
+            self.total += time.perf_counter() - self.tick
+
+    def seconds(self) -> float:
+        if self.cuda:
+            torch.cuda.synchronize()
+            return sum(start.elapsed_time(end) for start, end in self.spans) / 1000
+        return self.total
+
+
 @torch.no_grad()
 def top1(model: nn.Module, images, labels, normalise, amp, batch: int = 1000) -> float:
     model.eval()
@@ -134,16 +161,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for epoch in range(recipe.epochs):
         order = torch.randperm(len(labels), generator=generator)[: steps * recipe.batch_size].view(steps, -1)
         losses = {m.init: torch.zeros((), device=device) for m in members}
-        seconds = {m.init: 0.0 for m in members}
+        clocks = {m.init: Clock(device) for m in members}
         for i, index in enumerate(order):
             index = index.to(device)
             x, y = augment(images[index], labels[index], generator)
             for m in members:
-                tick = time.perf_counter()
-                losses[m.init] += m.step(x, y, amp, recipe.clip_grad, epoch * steps + i + 1)
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)  # a member's own time, for its img/s
-                seconds[m.init] += time.perf_counter() - tick
+                with clocks[m.init]:
+                    losses[m.init] += m.step(x, y, amp, recipe.clip_grad, epoch * steps + i + 1)
+        seconds = {init: clock.seconds() for init, clock in clocks.items()}
         evaluate = (epoch + 1) % recipe.eval_every == 0 or epoch + 1 == recipe.epochs
         with open(ledger, "a") as f:
             for m in members:

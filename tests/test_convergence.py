@@ -301,7 +301,7 @@ def test_decision_applies_the_fixed_rule_and_pairs_the_control_by_seed():
     assert study.decision(rows, grids).splitlines() == [
         "- The chosen setting minus timm, per cell: light-h6/200 +1.50; light-h6/500 +0.00. "
         "At least timm's in every cell: yes.",
-        "- The chosen setting minus the former default, per cell: light-h6/200 +2.50; light-h6/500 -0.50. "
+        "- The chosen setting minus the paper's form (impulse), per cell: light-h6/200 +2.50; light-h6/500 -0.50. "
         "Above it in every cell: no (light-h6/500).",
         "- **The chosen setting becomes the default: no**.",
         "- The control minus the chosen setting, paired by cell and seed (2 pairs): -3.25 ± 0.25 (standard "

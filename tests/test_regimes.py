@@ -54,8 +54,17 @@ def test_regime_study_smoke_calibrates_on_validation_and_resumes_from_its_ledger
         (i, str(s)) for i in study.CALIBRATION_INITS for s in study.CALIBRATION_SEEDS
     )
     assert {(r["regime"], r["split"], r["tokens"], r["per_class"]) for r in rows} == {("smoke", "val", "256", "4")}
-    assert "### Calibration" in (docs / "regimes.md").read_text()
+    text = (docs / "regimes.md").read_text()
+    assert "### Calibration" in text and "Attention entropy at init" in text
     fresh = ["--smoke", "--data", f"imagefolder:{data}", "--out", str(tmp_path / "fresh"), "--docs", str(docs)]
     capsys.readouterr()
     assert study.main(fresh) == 0  # a checkout without run directories trains nothing the ledger holds
     assert "calibrate: 0 of 6 runs to train" in capsys.readouterr().out
+    for part, count in (("compare", 7), ("ablate", 8)):
+        assert study.main([*args, "--part", part]) == 0
+        assert f"{part}: {count} of {count} runs to train" in capsys.readouterr().out
+    with open(docs / "regimes.csv") as f:
+        tested = {r["init"] for r in csv.DictReader(f) if r["split"] == "test"}
+    norm = study.matched_norm(study.SMOKE_REGIME, f"imagefolder:{data}")
+    assert tested == {*study.main_inits(norm), *study.ablation_inits(norm)}
+    assert "qk-norm[norm=None,vproj=mimetic,base=kaiming]" in tested  # V/proj alone, on the authors' base

@@ -40,7 +40,7 @@ def test_smoke_study_runs_every_grid_writes_the_docs_and_resumes(tmp_path, capsy
     assert {r["heads"] for r in rows if r["grid"] != "convmixer"} == {"12"}
     results = (docs / "results.md").read_text()
     assert results.count("<!-- tables:begin -->") == 1 and "### vit-h12 (cpu-quick)" in results
-    assert "| impulse-authors | 1 |" in results and (docs / "figures" / "curves-vit-h12.png").exists()
+    assert "| impulse-authors[base=keep] | 1 |" in results and (docs / "figures" / "curves-vit-h12.png").exists()
     levers = results[results.index("### levers-h12") :]
     assert "| impulse[target_fidelity=0.9] | 1 |" in levers and "| timm | 1 |" in levers  # beside the reference
     assert (docs / "figures" / "attention-impulse-init.png").exists()
@@ -54,7 +54,7 @@ def test_smoke_study_runs_every_grid_writes_the_docs_and_resumes(tmp_path, capsy
     assert {p: p.stat().st_mtime_ns for p in out.glob("*/*/*/summary.json")} == before
     rewritten = (docs / "results.md").read_text()
     assert rewritten.startswith("# Study\n\nanalysis\n") and rewritten.endswith("more analysis\n")
-    assert rewritten.count("| impulse-authors | 1 |") == results.count("| impulse-authors | 1 |")  # not duplicated
+    assert rewritten.count("| impulse-authors[base=keep] | 1 |") == results.count("| impulse-authors[base=keep] | 1 |")  # not duplicated
 
 
 def test_a_study_resumes_from_its_ledger_on_a_checkout_without_run_directories(smoke_study):

@@ -109,3 +109,17 @@ def mean_attention(model: nn.Module, images: torch.Tensor | None = None, batch_s
     adapter = get_adapter(model)
     prefix = adapter.num_prefix_tokens
     return [m[:, prefix:, prefix:] for m in _averaged_attention(adapter, images, batch_size)]
+
+
+@torch.no_grad()
+def attention_entropy(model: nn.Module, images: torch.Tensor) -> float:
+    """Mean over layers, heads, queries and images of each attention row's entropy over log(T):
+    1 is uniform attention, 0 one-hot (how sharp an init's maps are on real images)."""
+    from .adapters import get_adapter
+
+    adapter = get_adapter(model)
+    values = []
+    for layer, x in zip(adapter.layers(), layer_inputs(adapter, images)):
+        attn = layer.attention(x).float().clamp_min(1e-12)
+        values.append((-(attn * attn.log()).sum(-1) / torch.log(torch.tensor(float(attn.shape[-1])))).mean())
+    return float(torch.stack(values).mean())
