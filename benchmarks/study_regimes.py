@@ -121,17 +121,47 @@ def control(norm: float) -> str:
     return f"qk-norm[norm={norm},pos_scale=18,vproj=mimetic]"
 
 
+def bundle_parts(control_norm: float) -> dict[str, str]:
+    """The paper's bundle, one part at a time: part -> the label that sets it alone (on the model's base).
+    The position-embedding part does nothing to a fixed sin-cos table; it runs all the same (a check
+    that it is a no-op there)."""
+    return {
+        "the impulse Q/K": "impulse[pos_scale=None,vproj=keep]",
+        "the position-embedding scale (x18)": "qk-norm[norm=None,pos_scale=18]",
+        "the V/proj form (mimetic)": "qk-norm[norm=None,vproj=mimetic]",
+        f"the Q/K norm ({control_norm})": f"qk-norm[norm={control_norm}]",
+    }
+
+
+BASES = {"timm": "timm", "kaiming": "kaiming"}  # base option -> the plain init of that base
+
+
+def on_base(label: str, base: str) -> str:
+    return f"{label[:-1]},base={base}]"
+
+
 def ablation_inits(control_norm: float) -> list[str]:
-    """The bundle taken apart, one part at a time, each on timm's base and on the authors' (PyTorch's
-    defaults). The position-embedding part does nothing to a fixed sin-cos table; it runs all the same
-    (a check that it is a no-op there)."""
-    parts = [
-        "impulse[pos_scale=None,vproj=keep]",  # the impulse Q/K alone
-        "qk-norm[norm=None,pos_scale=18]",  # the position-embedding scale alone
-        "qk-norm[norm=None,vproj=mimetic]",  # the V/proj form alone
-        f"qk-norm[norm={control_norm}]",  # the Q/K norm alone
+    """Each part of the bundle alone, on timm's base and on the authors' (PyTorch's defaults)."""
+    return [on_base(label, base) for base in BASES for label in bundle_parts(control_norm).values()]
+
+
+def bundle_table(rows: list[dict[str, Any]], grid: str, control_norm: float) -> str:
+    """Which part of the bundle carries the gain: each part alone minus its base's plain init, seed 0 of
+    the test grid (empty until a part has run)."""
+    top1 = {r["init"]: r["top1"] for r in rows if r["grid"] == grid and r["seed"] == 0}
+    lines = [
+        "| part alone | on timm's base | minus timm | on PyTorch's (kaiming) | minus kaiming |",
+        "|---|---|---|---|---|",
     ]
-    return [f"{p[:-1]},base={base}]" for base in ("timm", "kaiming") for p in parts]
+    for part, label in bundle_parts(control_norm).items():
+        cells = []
+        for base, plain in BASES.items():
+            ours, theirs = top1.get(on_base(label, base)), top1.get(plain)
+            cells.append("-" if ours is None else f"{ours:.2f}")
+            cells.append("-" if ours is None or theirs is None else f"{ours - theirs:+.2f}")
+        if any(c != "-" for c in cells):
+            lines.append(f"| {part} | {' | '.join(cells)} |")
+    return "\n".join(lines) + "\n" if len(lines) > 2 else ""
 
 
 def matched_norm(regime: Regime, data: str) -> float:
@@ -264,8 +294,11 @@ def init_entropies(inits: list[str], regime: Regime, data: str, smoke: bool) -> 
     return entropies
 
 
-def write_docs(rows: list[dict[str, Any]], docs: Path, regimes: dict[str, Regime], data: str, smoke: bool) -> None:
-    """The ledger, docs/regimes.csv, a curves figure per grid and the generated tables of docs/regimes.md."""
+def write_docs(
+    rows: list[dict[str, Any]], docs: Path, regimes: dict[str, Regime], data: str, smoke: bool, bundle: tuple | None
+) -> None:
+    """The ledger, docs/regimes.csv, a curves figure per grid and the generated tables of docs/regimes.md;
+    `bundle`: (the comparison's grid, the control's norm) once a regime is calibrated."""
     from structinit.plots import plot_curves
 
     figures = docs / "figures"
@@ -287,9 +320,11 @@ def write_docs(rows: list[dict[str, Any]], docs: Path, regimes: dict[str, Regime
         sections.append(f"### {name}\n\n{results_markdown(grid_rows)}\n{entropy}\n{figure}\n")
     hours = sum(r["wall_secs"] for r in rows) / 3600
     table = calibration(rows, regimes)
+    parts = bundle_table(rows, *bundle) if bundle else ""
     body = (
         f"Finished runs: {len(rows)}, {hours:.1f} h of run wall-clock.\n\n"
         + (f"### Calibration\n\nThe baselines on the validation split (seed 0 / seed 1):\n\n{table}\n" if table else "")
+        + (f"### The bundle, one part at a time\n\nSeed 0, test set:\n\n{parts}\n" if parts else "")
         + ("\n".join(sections) or "No finished runs yet.\n")
     )
     write_generated_section(docs / "regimes.md", body, "benchmarks/study_regimes.py")
@@ -334,10 +369,12 @@ def main(argv: list[str] | None = None) -> int:
     calibrating = calibration_grids(["smoke"] if args.smoke else CANDIDATES)
     comparison: list[Grid] = []
     ablations: list[Grid] = []
+    bundle = None
     if chosen is not None:
         norm = matched_norm(regimes[chosen], args.data)
         comparison = [Grid(chosen, main_inits(norm), SEEDS[:1] if args.smoke else SEEDS, val=False)]
         ablations = [Grid(chosen, ablation_inits(norm), [0], val=False)]
+        bundle = (chosen, norm)
     elif args.part in ("compare", "ablate"):
         parser.error("no regime is calibrated yet (CALIBRATED is None): run --part calibrate, then set it")
     grids = {"calibrate": calibrating, "compare": comparison, "ablate": ablations, "docs": []}[args.part]
@@ -348,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     if configs:
         run_configs(configs, parallel=args.jobs, root=out)
     every = calibrating + comparison + ablations
-    write_docs(rows_of(out, every, regimes, docs), docs, regimes, args.data, args.smoke)
+    write_docs(rows_of(out, every, regimes, docs), docs, regimes, args.data, args.smoke, bundle)
     print(f"done in {time.perf_counter() - start:.0f} s; {docs / 'regimes.md'}, {docs / 'regimes.csv'}")
     return 0
 

@@ -68,3 +68,19 @@ def test_regime_study_smoke_calibrates_on_validation_and_resumes_from_its_ledger
     norm = study.matched_norm(study.SMOKE_REGIME, f"imagefolder:{data}")
     assert tested == {*study.main_inits(norm), *study.ablation_inits(norm)}
     assert "qk-norm[norm=None,vproj=mimetic,base=kaiming]" in tested  # V/proj alone, on the authors' base
+    assert "### The bundle, one part at a time" in (docs / "regimes.md").read_text()
+
+
+def test_bundle_table_sets_each_part_against_the_plain_init_of_its_base():
+    study = load_benchmark("study_regimes")
+    parts = study.bundle_parts(7.0)
+    rows = [row("g", "timm", 0, 50.0), row("g", "kaiming", 0, 52.0), row("g", "timm", 1, 99.0)]
+    rows += [row("g", study.on_base(parts["the V/proj form (mimetic)"], "kaiming"), 0, 53.5)]
+    rows += [row("g", study.on_base(parts["the impulse Q/K"], "timm"), 0, 49.0)]
+    rows += [row("other", study.on_base(parts["the Q/K norm (7.0)"], "timm"), 0, 60.0)]  # another grid
+    lines = study.bundle_table(rows, "g", 7.0).strip().splitlines()
+    assert lines[2:] == [
+        "| the impulse Q/K | 49.00 | -1.00 | - | - |",
+        "| the V/proj form (mimetic) | - | - | 53.50 | +1.50 |",
+    ]
+    assert study.bundle_table(rows[:3], "g", 7.0) == ""
