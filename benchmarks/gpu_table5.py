@@ -188,7 +188,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if evaluate:
             summary = write_summary(members, recipe, data, device, amp, out, time.perf_counter() - started)
             if not args.quiet:
-                print(f"epoch {epoch + 1}: " + ", ".join(f"{m.init} {m.curve[-1][1]:.2f}" for m in members), flush=True)
+                done = f"epoch {epoch + 1}, {time.perf_counter() - started:.0f} s: "
+                print(done + ", ".join(f"{m.init} {m.curve[-1][1]:.2f}" for m in members), flush=True)
     return summary
 
 
