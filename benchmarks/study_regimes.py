@@ -226,9 +226,14 @@ def calibration(rows: list[dict[str, Any]], regimes: dict[str, Regime]) -> str:
         seeds = " | ".join(cell(runs[i]) for i in CALIBRATION_INITS)
         lines.append(
             f"| {name} | {regime.model} | {regime.tokens} | {regime.per_class} | {regime.epochs} | {seeds} "
-            f"| {mimetic - kaiming:+.2f} | {mimetic - timm:+.2f} | {verdict} |"
+            f"| {gap(mimetic, kaiming)} | {gap(mimetic, timm)} | {verdict} |"
         )
     return "\n".join(lines) + "\n" if len(lines) > 2 else ""
+
+
+def gap(a: float, b: float) -> str:
+    """a - b as '+1.23', '-' while either has no runs (NaN)."""
+    return "-" if a != a or b != b else f"{a - b:+.2f}"
 
 
 CSV_COLUMNS = [

@@ -35,6 +35,7 @@ def test_calibration_needs_mimetic_over_kaiming_by_1_5_and_over_timm_by_1_on_bot
     rows = [row("r-val", "kaiming", s, 50.0) for s in (0, 1)] + [row("r-val", "timm", s, 50.5) for s in (0, 1)]
     rows.append(row("r-val", mimetic, 0, 51.6))
     assert "pending (5/6 runs)" in study.calibration(rows, regimes)
+    assert "| - | - | pending (4/6 runs) |" in study.calibration(rows[:4], regimes)  # no mimetic yet
     met = study.calibration([*rows, row("r-val", mimetic, 1, 51.4)], regimes)  # mean 51.5: +1.5, +1.0
     assert met.strip().splitlines()[-1].endswith("| **yes** |")
     short = study.calibration([*rows, row("r-val", mimetic, 1, 51.3)], regimes)
