@@ -25,7 +25,6 @@ settings and seed.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import time
@@ -33,56 +32,53 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from timm.optim import create_optimizer_v2
-from timm.scheduler import CosineLRScheduler
 from torch import nn
 
 from structinit.augment import BatchAugment
 from structinit.data import load_data
 from structinit.options import split_top_level
-from structinit.train import TrainConfig, build_model, prefer_math_attention, resolve_amp, resolve_device
+from structinit.train import (
+    Dist,
+    TrainConfig,
+    _evaluate,
+    build_model,
+    create_optimizer,
+    create_schedule,
+    prefer_math_attention,
+    resolve_amp,
+    resolve_device,
+)
 
 INITS = ["kaiming", "timm", "mimetic[base=kaiming]", "impulse[base=kaiming]"]
 MODEL = "vit_w256_d8_p2_gap_sincos"
 
 
-@dataclasses.dataclass(frozen=True)
-class Recipe:
-    epochs: int = 50
-    batch_size: int = 512
-    lr: float = 1e-3
-    weight_decay: float = 0.01
-    warmup_epochs: float = 5
-    min_lr: float = 1e-5
-    clip_grad: float = 3.0
-    randaugment: str = "rand-m9-n2"
-    eval_every: int = 5
-
-
-SMOKE = Recipe(epochs=2, batch_size=20, warmup_epochs=0.5, eval_every=1)
+# the trainer's settings for the cell (TrainConfig fields; the rest keep their defaults, no label smoothing)
+RECIPE = dict(
+    epochs=50,
+    batch_size=512,
+    lr=1e-3,
+    weight_decay=0.01,
+    warmup_epochs=5,
+    min_lr=1e-5,
+    clip_grad=3.0,
+    randaugment="rand-m9-n2",
+    eval_every=5,
+    smoothing=0.0,
+)
+SMOKE = {**RECIPE, "epochs": 2, "batch_size": 20, "warmup_epochs": 0.5, "eval_every": 1}
 
 
 class Member:
-    """One init's model, optimiser and schedule, trained on the batches every member shares."""
+    """One init's model, optimiser and schedule (the trainer's), trained on the batches every member shares."""
 
-    def __init__(self, init: str, config: TrainConfig, data, recipe: Recipe, device, steps: int, compile: bool):
-        self.init = init
+    def __init__(self, config: TrainConfig, data, device, steps: int, compile: bool):
+        self.init = config.init
         self.model, self.report = build_model(config, data)
         self.model.to(device)
         self.forward = torch.compile(self.model) if compile else self.model
-        fused = device.type == "cuda"
-        self.optimizer = create_optimizer_v2(
-            self.model, "adamw", lr=recipe.lr, weight_decay=recipe.weight_decay,
-            fused=True if fused else None, foreach=False if fused else None,
-        )  # fmt: skip
-        self.scheduler = CosineLRScheduler(
-            self.optimizer,
-            t_initial=recipe.epochs * steps,
-            lr_min=recipe.min_lr,
-            warmup_t=round(recipe.warmup_epochs * steps),
-            warmup_lr_init=1e-6,
-            t_in_epochs=False,
-        )
+        self.optimizer = create_optimizer(self.model, config, device)
+        self.scheduler = create_schedule(self.optimizer, config, steps)
         self.curve: list[tuple[int, float]] = []
         self.loss_curve: list[tuple[int, float]] = []
 
@@ -124,30 +120,20 @@ class Clock:
         return self.total
 
 
-@torch.no_grad()
-def top1(model: nn.Module, images, labels, normalise, amp, batch: int = 1000) -> float:
-    model.eval()
-    correct = 0
-    for x, y in zip(images.split(batch), labels.split(batch)):
-        with torch.autocast(x.device.type, dtype=amp, enabled=amp is not None):
-            correct += int((model(normalise(x)).argmax(1) == y).sum())
-    model.train()
-    return 100.0 * correct / len(labels)
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    recipe = SMOKE if args.smoke else dataclasses.replace(Recipe(), epochs=args.epochs)
+    settings = SMOKE if args.smoke else {**RECIPE, "epochs": args.epochs}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     device = resolve_device(args.device, 0)
     amp = resolve_amp("auto", device)
     data = load_data(args.data, per_class=10 if args.smoke else None)
     kwargs = {"depth": 1, "embed_dim": 32, "num_heads": 2} if args.smoke else {}
+    common = dict(settings, data=args.data, model=MODEL, model_kwargs=kwargs, seed=args.seed, out=str(out))
+    recipe = TrainConfig(**common)
     steps = len(data.train_labels) // recipe.batch_size
     members = []
     for init in args.inits:
-        config = TrainConfig(data=args.data, model=MODEL, model_kwargs=kwargs, init=init, seed=args.seed, out=str(out))
-        members.append(Member(init, config, data, recipe, device, steps, args.compile))
+        members.append(Member(TrainConfig(**common, init=init), data, device, steps, args.compile))
         prefer_math_attention(members[-1].model, device, amp)
     mean = std = (0.5,) * data.image_shape[0]
     padding = data.image_shape[1] // 8
@@ -162,6 +148,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         order = torch.randperm(len(labels), generator=generator)[: steps * recipe.batch_size].view(steps, -1)
         losses = {m.init: torch.zeros((), device=device) for m in members}
         clocks = {m.init: Clock(device) for m in members}
+        for m in members:
+            m.model.train()  # evaluation leaves it in eval mode
         for i, index in enumerate(order):
             index = index.to(device)
             x, y = augment(images[index], labels[index], generator)
@@ -182,7 +170,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 }
                 m.loss_curve.append((epoch + 1, line["train_loss"]))
                 if evaluate:
-                    line["test_top1"] = top1(m.model, test_images, test_labels, augment.normalise, amp)
+                    batches = (
+                        (augment.normalise(x), y) for x, y in zip(test_images.split(1000), test_labels.split(1000))
+                    )
+                    line["test_top1"] = _evaluate(m.model, batches, device, Dist(), amp)["test_top1"]
                     m.curve.append((epoch + 1, line["test_top1"]))
                 f.write(json.dumps(line) + "\n")
         if evaluate:
@@ -193,7 +184,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return summary
 
 
-def write_summary(members, recipe: Recipe, data, device, amp, out: Path, seconds: float) -> dict[str, Any]:
+def write_summary(members, recipe: TrainConfig, data, device, amp, out: Path, seconds: float) -> dict[str, Any]:
     """OUT/summary.json (the recipe, where it ran, each init's final and best top-1) and OUT/curves.png."""
     from structinit.plots import plot_curves
 
@@ -208,7 +199,7 @@ def write_summary(members, recipe: Recipe, data, device, amp, out: Path, seconds
             "split": "test",
             "recipe": "table5",
             "init": m.init,
-            "seed": 0,
+            "seed": recipe.seed,
             "top1": m.curve[-1][1],
             "best_top1": max(t for _, t in m.curve),
             "curve": m.curve,
@@ -218,7 +209,7 @@ def write_summary(members, recipe: Recipe, data, device, amp, out: Path, seconds
     ]
     plot_curves(rows, out / "curves.png")
     summary = {
-        "recipe": dataclasses.asdict(recipe),
+        "recipe": {k: getattr(recipe, k) for k in RECIPE},
         "device": name,
         "precision": str(amp).removeprefix("torch.") if amp is not None else "float32",
         "seconds": round(seconds, 1),
@@ -234,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", help="structinit --data spec (default: ../shared's CIFAR-10; digits with --smoke)")
     parser.add_argument("--out", default="runs/table5")
-    parser.add_argument("--epochs", type=int, default=Recipe.epochs, help="the same for every init")
+    parser.add_argument("--epochs", type=int, default=RECIPE["epochs"], help="the same for every init")
     parser.add_argument("--inits", default=",".join(INITS), help="comma-separated init labels")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="auto")

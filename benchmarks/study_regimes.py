@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import functools
 import statistics
 import sys
 import time
@@ -102,7 +103,7 @@ CANDIDATES = ["p2-w96-d6-500"]
 CALIBRATION_INITS = ["kaiming", "timm", "mimetic[base=kaiming]"]
 CALIBRATION_SEEDS = [0, 1]
 MIMETIC_OVER_KAIMING, MIMETIC_OVER_TIMM = 1.5, 1.0
-SMOKE_REGIME = Regime("vit_w96_d6_p2_gap_sincos", {}, 4, 2, 4, 5e-4, 0.05, tokens=256)
+SMOKE_REGIME = Regime("vit_w96_d6_p2_gap_sincos", {}, 4, 2, 4, 5e-4, 0.05)
 # The regime of the comparison: set by hand to the first candidate whose calibration reads "yes" (or, if
 # none does within the budget, to the closest one, and docs/regimes.md says so). None: not decided yet.
 CALIBRATED: str | None = None
@@ -164,15 +165,22 @@ def bundle_table(rows: list[dict[str, Any]], grid: str, control_norm: float) -> 
     return "\n".join(lines) + "\n" if len(lines) > 2 else ""
 
 
+@functools.cache
+def dataset(spec: str):
+    """The data of a --data spec, loaded once per process (the norm and the entropies read it)."""
+    from structinit.data import load_data
+
+    return load_data(spec)
+
+
 def matched_norm(regime: Regime, data: str) -> float:
     """The impulse init's mean per-head Frobenius norm of W_q and W_k on the regime's model (seed 0),
     rounded to 0.1: the norm of the control that has its scale and not its structure."""
     import structinit
-    from structinit.data import load_data
     from structinit.train import build_model
 
     config = regime.config("impulse", 0, False, data, Path("unused"), False)
-    model, _ = build_model(config, load_data(data, per_class=1))
+    model, _ = build_model(config, dataset(data))
     norms = []
     for layer in structinit.adapters.get_adapter(model).layers():
         for weight in layer.qk_weights():
@@ -287,11 +295,10 @@ def csv_rows(rows: list[dict[str, Any]], regimes: dict[str, Regime]) -> list[dic
 def init_entropies(inits: list[str], regime: Regime, data: str, smoke: bool) -> dict[str, float]:
     """Per init, the attention entropy (over log T, mean of layers and heads) of its seed-0 model at init
     on 256 test images: 1 is uniform, 0 one-hot."""
-    from structinit.data import load_data
     from structinit.fidelity import attention_entropy
     from structinit.train import build_model, normalised_test_images
 
-    loaded = load_data(data)
+    loaded = dataset(data)
     entropies = {}
     for init in inits:
         model, _ = build_model(regime.config(init, 0, False, data, Path("unused"), smoke), loaded)

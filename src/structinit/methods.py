@@ -449,7 +449,8 @@ def init_qk_norm(
                 )
             for weight in layer.qk_weights():
                 heads = weight.view(layer.num_heads, layer.head_dim, -1)
-                heads.mul_(o.norm / heads.double().square().sum((1, 2), keepdim=True).sqrt().clamp_min(1e-12).to(heads))
+                norms = torch.linalg.vector_norm(heads.double(), dim=(1, 2), keepdim=True).clamp_min(1e-12)
+                heads.mul_((o.norm / norms).to(heads))
         if o.vproj == "mimetic":
             write_value_proj(layer, o.vproj_alpha, o.vproj_beta, sample)
     return adapter.measured_layers(kernel_size)

@@ -416,9 +416,7 @@ class Run:
             raise ValueError(
                 f"--batch-size {config.batch_size} exceeds the {len(self.data.train_labels)} training images"
             )
-        self.optimizer = create_optimizer_v2(
-            self.model, "adamw", lr=config.lr, weight_decay=config.weight_decay, **self.adamw_kernel()
-        )
+        self.optimizer = create_optimizer(self.model, config, device)
         self.ema = ModelEmaV3(self.model, decay=config.ema_decay) if config.ema_decay else None
         self.scaler = torch.amp.GradScaler(device.type) if self.amp_dtype == torch.float16 else None
         mixing = config.mixup > 0 or config.cutmix > 0
@@ -465,25 +463,11 @@ class Run:
                 save_snapshot(self.model, self.out, 0)
         for group in self.optimizer.param_groups:
             group["initial_lr"] = self.config.lr
-            group.update(self.adamw_kernel())  # this device's, not the one the checkpoint was written on
-        config, steps = self.config, self.steps_per_epoch
-        self.scheduler = CosineLRScheduler(
-            self.optimizer,
-            t_initial=config.epochs * steps,
-            lr_min=config.min_lr,
-            warmup_t=round(config.warmup_epochs * steps),
-            warmup_lr_init=config.warmup_lr,
-            t_in_epochs=False,
-        )
+            group.update(adamw_kernel(self.device))  # this device's, not the one the checkpoint was written on
+        self.scheduler = create_schedule(self.optimizer, self.config, self.steps_per_epoch)
         if start:
-            self.scheduler.step_update(start * steps)
+            self.scheduler.step_update(start * self.steps_per_epoch)
         return start
-
-    def adamw_kernel(self) -> dict[str, bool | None]:
-        """AdamW's fused kernel on CUDA (one launch for every parameter instead of several per tensor:
-        the optimiser step of a small model is launch-bound); torch's default (foreach) elsewhere."""
-        fused = self.device.type == "cuda"
-        return {"fused": True if fused else None, "foreach": False if fused else None}
 
     # --- an epoch ---------------------------------------------------------------------------------
 
@@ -676,6 +660,30 @@ def build_model(config: TrainConfig, data: TensorData | StreamData):
     kernel_size = options.pop(KERNEL_SIZE, None)
     report = initialize(model, method, kernel_size=kernel_size, seed=config.seed, **options)
     return model, report
+
+
+def adamw_kernel(device: torch.device) -> dict[str, bool | None]:
+    """AdamW's fused kernel on CUDA (one launch for every parameter instead of several per tensor: the
+    optimiser step of a small model is launch-bound); torch's default (foreach) elsewhere."""
+    fused = device.type == "cuda"
+    return {"fused": True if fused else None, "foreach": False if fused else None}
+
+
+def create_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
+    """timm's AdamW (no weight decay on norms, biases and position embeddings) at the config's lr and decay."""
+    return create_optimizer_v2(model, "adamw", lr=config.lr, weight_decay=config.weight_decay, **adamw_kernel(device))
+
+
+def create_schedule(optimizer: torch.optim.Optimizer, config: TrainConfig, steps_per_epoch: int) -> CosineLRScheduler:
+    """timm's cosine schedule with linear warm-up, stepped once per optimiser step."""
+    return CosineLRScheduler(
+        optimizer,
+        t_initial=config.epochs * steps_per_epoch,
+        lr_min=config.min_lr,
+        warmup_t=round(config.warmup_epochs * steps_per_epoch),
+        warmup_lr_init=config.warmup_lr,
+        t_in_epochs=False,
+    )
 
 
 def prefer_math_attention(model: nn.Module, device: torch.device, amp_dtype: torch.dtype | None) -> None:
