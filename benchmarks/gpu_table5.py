@@ -36,7 +36,7 @@ from torch import nn
 
 from structinit.augment import BatchAugment
 from structinit.data import load_data
-from structinit.options import split_top_level
+from structinit.options import parse_init, split_top_level
 from structinit.train import (
     Dist,
     TrainConfig,
@@ -238,6 +238,11 @@ def main(argv: list[str] | None = None) -> int:
     args.data = args.data or ("digits" if args.smoke else "cifar10:../shared/datasets/cifar10")
     if args.epochs < 1:
         parser.error("--epochs must be >= 1")
+    for label in args.inits:
+        try:
+            parse_init(label)
+        except (TypeError, ValueError) as error:
+            parser.error(f"--inits: {error}")
     summary = run(args)
     print(json.dumps(summary["results"], indent=2))
     return 0

@@ -10,6 +10,7 @@ compares the inits in it and takes the impulse bundle apart (docs/regimes.md):
     .venv/bin/python benchmarks/study_regimes.py --part ablate      # the bundle, one part at a time
     .venv/bin/python benchmarks/study_regimes.py --part docs        # docs/regimes.csv and tables
     .venv/bin/python benchmarks/study_regimes.py --smoke --out /tmp/regimes   # the pipeline, in a minute
+    .venv/bin/python benchmarks/study_regimes.py --part sizing      # why this model: img/s (idle machine)
 
 Calibration. A regime qualifies when, on its validation split (2 seeds), mimetic on the authors' base
 (`mimetic[base=kaiming]`, the mimetic of the published tables) is at least 1.5 points above `kaiming`
@@ -365,15 +366,54 @@ def rows_of(out: Path, grids: list[Grid], regimes: dict[str, Regime], docs: Path
     return ledger_and_runs(read_ledger(docs / LEDGER), out, cells, {g.name: g.regime for g in grids})
 
 
+# (width, depth, heads, patch) of the sizes the candidates were chosen among: 256 tokens at patch 2
+SIZES = [(64, 8, 8, 2), (96, 6, 6, 2), (128, 6, 8, 2), (64, 6, 4, 2), (192, 6, 3, 4)]
+
+
+def sizing(steps: int = 10) -> None:
+    """Training img/s of the v1 ViT (GAP, sin-cos) at each size: bf16 autocast where the CPU has it, batch
+    128, all cores, math attention as the trainer picks it on a CPU (idle machine)."""
+    import os
+    import platform
+
+    import torch
+
+    from structinit.models import create_model
+    from structinit.train import prefer_math_attention, resolve_amp
+
+    amp = resolve_amp("auto", torch.device("cpu"))
+    print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, autocast {amp}\n")
+    print("| width | depth | heads | patch | tokens | img/s |\n|---|---|---|---|---|---|")
+    for width, depth, heads, patch in SIZES:
+        kwargs = dict(patch_size=patch, embed_dim=width, depth=depth, num_heads=heads)
+        model = create_model("vit_w96_d6_p2_gap_sincos", num_classes=10, in_chans=3, data_size=32, **kwargs)
+        prefer_math_attention(model, torch.device("cpu"), amp)
+        optimizer = torch.optim.AdamW(model.parameters(), 1e-3)
+        images, labels = torch.randn(128, 3, 32, 32), torch.randint(0, 10, (128,))
+        for i in range(3 + steps):
+            if i == 3:
+                start = time.perf_counter()
+            with torch.autocast("cpu", dtype=amp, enabled=amp is not None):
+                loss = torch.nn.functional.cross_entropy(model(images), labels)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        rate = steps * 128 / (time.perf_counter() - start)
+        print(f"| {width} | {depth} | {heads} | {patch} | {(32 // patch) ** 2} | {rate:.0f} |", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default="cifar10:../shared/datasets/cifar10", help="structinit --data spec")
-    parser.add_argument("--part", choices=["calibrate", "compare", "ablate", "docs"], default="calibrate")
+    parser.add_argument("--part", choices=["calibrate", "compare", "ablate", "docs", "sizing"], default="calibrate")
     parser.add_argument("--out", default="runs/regimes", help="run directories (resumable)")
     parser.add_argument("--docs", default=None, help="where the docs go (default docs/; with --smoke, OUT/docs)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at once, one process each")
     parser.add_argument("--smoke", action="store_true", help="tiny model and subsets, 2 epochs: checks the pipeline")
     args = parser.parse_args(argv)
+    if args.part == "sizing":
+        sizing()
+        return 0
     out = Path(args.out)
     docs = Path(args.docs) if args.docs else (out / "docs" if args.smoke else ROOT / "docs")
     regimes = {"smoke": SMOKE_REGIME} if args.smoke else REGIMES

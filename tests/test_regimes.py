@@ -4,6 +4,8 @@ in their --smoke modes, and the calibration rule."""
 import csv
 import json
 
+import pytest
+
 from conftest import load_benchmark, make_imagefolder
 
 
@@ -85,3 +87,20 @@ def test_bundle_table_sets_each_part_against_the_plain_init_of_its_base():
         "| the V/proj form (mimetic) | - | - | 53.50 | +1.50 |",
     ]
     assert study.bundle_table(rows[:3], "g", 7.0) == ""
+
+
+def test_sizing_prints_a_row_per_size(capsys, monkeypatch):
+    study = load_benchmark("study_regimes")
+    monkeypatch.setattr(study, "SIZES", [(32, 1, 2, 8)])
+    study.sizing(steps=1)
+    row = capsys.readouterr().out.strip().splitlines()[-1]
+    assert row.startswith("| 32 | 1 | 2 | 8 | 16 | ") and float(row.split("|")[6]) > 0
+
+
+def test_gpu_table5_refuses_an_unknown_init_in_one_line(tmp_path, capsys):
+    table5 = load_benchmark("gpu_table5")
+    with pytest.raises(SystemExit) as stop:
+        table5.main(["--smoke", "--inits", "timm,xavier", "--out", str(tmp_path)])
+    assert stop.value.code == 2
+    assert "--inits: unknown init 'xavier'; choose from" in capsys.readouterr().err
+    assert not (tmp_path / "ledger.jsonl").exists()
