@@ -8,11 +8,10 @@ prev.pt; a failed write (a full disk) removes the temporary file and says so in 
 
 from __future__ import annotations
 
-import errno
 import hashlib
-import os
 import pickle
 import random
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -20,79 +19,61 @@ from typing import Any, BinaryIO
 import numpy as np
 import torch
 
-from .rundir import RunError
+from .errors import RunError, first_line
+from .files import atomic_write
 
 
 def atomic_save(
     obj: Any, path: Path, keep_previous: bool = False, write: Callable[[Any, BinaryIO], Any] | None = None
 ) -> None:
-    """`write` (default torch.save) to a temporary file, fsync, then rename over `path` (the old file becomes
-    prev.pt with `keep_previous`). A crash leaves the old file intact; a failure leaves no temporary
-    file and says in one line what to do."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            (write or torch.save)(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        if keep_previous and path.exists():
-            previous = path.with_name("prev.pt")
-            link = previous.with_name(f".{previous.name}.tmp{os.getpid()}")
-            link.unlink(missing_ok=True)
-            os.link(path, link)  # last.pt stays in place until the new one replaces it
-            os.replace(link, previous)
-        os.replace(tmp, path)
-        sync_directory(path.parent)
-    except OSError as error:
-        tmp.unlink(missing_ok=True)
-        if error.errno == errno.ENOSPC:
-            then = " and --resume" if keep_previous else ""  # a run's checkpoint, or a file written once
-            raise RunError(f"no space left on the device holding {path}: free some{then}") from None
-        raise RunError(f"cannot write {path}: {error.strerror or error}") from None
+    """`write` (default torch.save) `obj` to `path` through files.atomic_write (the old file becomes
+    prev.pt with `keep_previous`): a crash leaves the old file, a failure one line and no temporary file."""
+    then = " and --resume" if keep_previous else ""  # a run's checkpoint, or a file written once
+    atomic_write(Path(path), lambda f: (write or torch.save)(obj, f), keep_previous=keep_previous, then=then)
 
 
-def sync_directory(folder: Path) -> None:
-    """Make a rename in `folder` durable (a no-op where directories cannot be opened, as on Windows)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def load_checkpoint(path: Path) -> dict[str, Any]:
-    """A checkpoint written by `atomic_save`, loaded with weights_only=True; one-line errors for a
-    missing, truncated or unsafe file."""
+def load_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
+    """A checkpoint written by `atomic_save`, loaded with weights_only=True (`mmap`: its tensors read
+    only when used); one-line errors for a missing, truncated, damaged, foreign or unsafe file."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no checkpoint at {path}")
+    damaged = f"; prev.pt, if present, holds the epoch before ({path.parent}/prev.pt: copy it over {path.name})"
+    if not zipfile.is_zipfile(path):  # torch.save writes zip archives; anything else is damaged or foreign
+        raise RunError(f"{path} is truncated or damaged, or not a checkpoint (not a torch.save archive){damaged}")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as error:
-        if "weights_only" in str(error) or "Unsupported global" in str(error):
-            raise RunError(
-                f"{path} holds Python objects beyond tensors and plain containers, so structinit will not "
-                "open it (unpickling can run code). If you wrote it yourself with an older structinit, "
-                f"convert it once: structinit upgrade-checkpoint {path}"
-            ) from None
-        raise RunError(f"{path} is damaged ({error}); prev.pt, if present, holds the epoch before") from None
-    except (RuntimeError, EOFError, OSError) as error:
+        if "unsupported global" not in str(error).lower():
+            raise RunError(f"{path} is damaged ({first_line(error)}){damaged}") from None
         raise RunError(
-            f"{path} is truncated or damaged ({error}); prev.pt, if present, holds the epoch before"
+            f"{path} holds Python objects beyond tensors and plain containers, so structinit will not "
+            "open it (unpickling can run code). If it is a checkpoint of an older structinit, convert it "
+            f"once (no code runs): structinit upgrade-checkpoint {path}"
         ) from None
+    except (RuntimeError, EOFError, OSError, ValueError) as error:
+        raise RunError(f"{path} is truncated or damaged ({first_line(error)}){damaged}") from None
+    if not isinstance(state, dict) or not {"model", "epoch", "config"} <= state.keys():
+        raise RunError(f"{path} is not a structinit checkpoint (it lacks model, epoch or config)")
+    return state
 
 
 def upgrade_checkpoint(path: Path) -> None:
-    """Rewrite a checkpoint of structinit < 0.2 (numpy RNG state pickled as an object, a scheduler
-    state) in the safe format. It unpickles the file, so only for files you trust."""
+    """Rewrite a checkpoint of structinit < 0.2 (numpy RNG state pickled as an array, a scheduler
+    state) in the safe format. Unpickled with only numpy's array constructors allowed beside
+    tensors and plain containers, so no file runs code here either."""
     path = Path(path)
-    old = torch.load(path, map_location="cpu", weights_only=False)
+    if not zipfile.is_zipfile(path):
+        raise RunError(f"{path} is damaged or not a checkpoint (not a torch.save archive): nothing to upgrade")
+    try:
+        with torch.serialization.safe_globals(_numpy_array_globals()):
+            old = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        raise RunError(
+            f"{path} holds objects no structinit checkpoint holds ({first_line(error)}): not converted"
+        ) from None
+    except (RuntimeError, EOFError, OSError, ValueError) as error:
+        raise RunError(f"{path} is truncated or damaged ({first_line(error)}): nothing to upgrade") from None
     if not isinstance(old, dict) or "model" not in old or "epoch" not in old:
         raise RunError(f"{path} is not a structinit checkpoint")
     rng = old.get("rng") or {}
@@ -100,11 +81,20 @@ def upgrade_checkpoint(path: Path) -> None:
     if rng:
         new["rng"] = {
             "torch": rng["torch"],
-            "numpy": _numpy_state(rng["numpy"]),
-            "python": _python_state(rng["python"]),
+            "numpy": rng["numpy"] if isinstance(rng["numpy"], dict) else _numpy_state(rng["numpy"]),
+            "python": rng["python"] if isinstance(rng["python"], dict) else _python_state(rng["python"]),
         }
     new.setdefault("metrics", None)
     atomic_save(new, path)
+
+
+def _numpy_array_globals() -> list[Any]:
+    """What unpickling a numpy array (an old checkpoint's RNG state) needs, and nothing more."""
+    try:
+        from numpy._core.multiarray import _reconstruct
+    except ImportError:  # numpy < 2
+        from numpy.core.multiarray import _reconstruct
+    return [_reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32))]
 
 
 def weights_sha256(state: dict[str, torch.Tensor]) -> str:

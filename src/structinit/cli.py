@@ -28,6 +28,7 @@ INIT_HELP = (
     "'default' (the model as constructed), or any of them with options in brackets, e.g. "
     "impulse[target_fidelity=0.9,kernel_size=5] (structinit init --list-options)"
 )
+FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
 EMA_DECAY = 0.9998  # timm's --model-ema-decay default
 # flags of structinit 0.1 whose settings now live elsewhere, and where
 REMOVED = {
@@ -316,6 +317,9 @@ def run_init(args: argparse.Namespace) -> int:
 
     if args.json and Path(args.json).is_dir():
         raise ValueError(f"--json {args.json} is a directory: give a file name, e.g. {Path(args.json) / 'init.json'}")
+    if args.json and not Path(args.json).absolute().parent.is_dir():
+        raise ValueError(f"--json {args.json}: {Path(args.json).parent} does not exist: create it first")
+    check_seed(args.seed)
     if args.save:
         check_init_path(args.save)
     model_kwargs = parse_assignments(args.model_kwargs, "--model-kwargs")
@@ -334,6 +338,20 @@ def run_init(args: argparse.Namespace) -> int:
         with open(args.json, "w") as f:
             json.dump({**report.to_dict(), "weights_sha256": digest}, f, indent=2)
     return 0
+
+
+def check_seed(seed: int) -> None:
+    if not 0 <= seed < 2**32:
+        raise ValueError(f"--seed must lie in 0..{2**32 - 1} (numpy's seeds), got {seed}")
+
+
+def check_figure_path(out: str) -> None:
+    """A figure file name that matplotlib writes as named, before any work."""
+    path = Path(out)
+    if path.is_dir():
+        raise ValueError(f"--out {out} is a directory: give a file name, e.g. {path / 'figure.png'}")
+    if path.suffix.lower() not in FIGURE_SUFFIXES:
+        raise ValueError(f"--out {out}: name a {', '.join(FIGURE_SUFFIXES)} file")
 
 
 def int_list(text: str, flag: str) -> list[int]:
@@ -400,6 +418,8 @@ def target_arguments(args: argparse.Namespace) -> dict[str, Any]:
     """The keyword arguments of the inspection commands' functions, from their shared flags."""
     if args.images < 1:
         raise ValueError(f"--images must be >= 1, got {args.images}")
+    check_seed(args.seed)
+    check_figure_path(args.out)
     return dict(
         data=args.data,
         images=args.images,

@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from PIL import Image
 
+from .files import atomic_write, remove_temporaries
+
 # names of the paper's datasets -> torchvision class names (downloaded with --download where online)
 TORCHVISION_SETS = {
     "cifar10": "CIFAR10",
@@ -110,6 +112,8 @@ def load_data(
         data = _torchvision_arrays(name, Path(root), download)
     else:
         data = _torchvision_stream(name, Path(root), download)
+    if len(torch.unique(data.train_labels)) < 2:
+        raise ValueError(f"--data {spec}: one class ({', '.join(data.classes)}); a classifier needs two or more")
     keep, val = stratified_split(data.train_labels, per_class, train_fraction, val_per_class, subset_seed)
     if isinstance(data, TensorData):
         if val is not None:
@@ -209,20 +213,42 @@ def _split_dirs(path: Path) -> tuple[Path, Path]:
 
 
 def _list_images(split: Path, classes: list[str] | None = None) -> tuple[list[Path], list[int], list[str]]:
+    """Every image of a split and its class index: the one listing both the in-memory and the streamed
+    path read. Links to folders are followed; a loop, or a second way into a folder, is an error."""
     classes = classes or sorted(d.name for d in split.iterdir() if d.is_dir())
     if not classes:
         raise FileNotFoundError(f"{split} has no class subfolders")
     files, labels = [], []
+    walked = {os.path.realpath(split): split}
     for index, cls in enumerate(classes):
         folder = split / cls
-        found = sorted(_images_in(folder)) if folder.is_dir() else []
+        found = _images_in(folder, walked) if folder.is_dir() else []
         files += found
         labels += [index] * len(found)
     return files, labels, classes
 
 
-def _images_in(folder: Path):
-    return (f for f in folder.rglob("*") if f.suffix.lower() in IMAGE_SUFFIXES)
+def _images_in(folder: Path, walked: dict[str, Path] | None = None) -> list[Path]:
+    """The images under `folder`, sorted. `walked` (real path -> the path it was reached by) is shared
+    by the folders of a split, so that a link back up, or to another class, is found."""
+    walked = {} if walked is None else walked
+    images, stack = [], [folder]
+    while stack:
+        current = stack.pop()
+        real = os.path.realpath(current)
+        if real in walked:
+            raise ValueError(
+                f"{current} leads to {walked[real]} again (a link loop, or a second path to the same folder): "
+                "remove the link, so that every image belongs to one class once"
+            )
+        walked[real] = current
+        with os.scandir(current) as entries:
+            for entry in entries:
+                if entry.is_dir():
+                    stack.append(Path(entry.path))
+                elif Path(entry.name).suffix.lower() in IMAGE_SUFFIXES:
+                    images.append(Path(entry.path))
+    return sorted(images)
 
 
 def _check_classes(train: Path, test: Path, classes: list[str], train_labels: list[int], test_labels: list[int]):
@@ -234,7 +260,7 @@ def _check_classes(train: Path, test: Path, classes: list[str], train_labels: li
     for split, labels, extra in ((train, train_labels, []), (test, test_labels, test_only)):
         counts = Counter(labels)
         empty = [c for i, c in enumerate(classes) if counts[i] == 0 and (split == train or c in in_test)]
-        empty = sorted(empty + [c for c in extra if next(_images_in(in_test[c]), None) is None])
+        empty = sorted(empty + [c for c in extra if not _images_in(in_test[c])])
         if empty:
             raise ValueError(
                 f"class folder(s) without images in {split}: {', '.join(empty)}; add images or remove them"
@@ -246,12 +272,36 @@ def _check_classes(train: Path, test: Path, classes: list[str], train_labels: li
             )
 
 
+class ImageError(ValueError):
+    """An image that cannot be decoded, named in one line."""
+
+    @classmethod
+    def from_worker(cls, error: ImageError) -> ImageError:
+        """The one line of an ImageError that a DataLoader worker raised (the loader wraps it in the
+        worker's traceback)."""
+        lines = [line for line in str(error).splitlines() if "ImageError: " in line]
+        return cls(lines[-1].split("ImageError: ", 1)[1]) if lines else error
+
+
 def _open_image(path: Path, mode: str = "RGB") -> Image.Image:
     try:
         with Image.open(path) as image:
             return image.convert(mode)
     except (OSError, ValueError) as error:
-        raise ValueError(f"cannot read image {path}: {error}") from None
+        raise ImageError(f"cannot read image {path}: {error}; remove or replace it") from None
+
+
+class ImageFiles(torch.utils.data.Dataset):
+    """(PIL image, label) of listed image files: the streamed path's dataset."""
+
+    def __init__(self, files: list[Path], labels: list[int], classes: list[str]) -> None:
+        self.files, self.targets, self.classes = files, labels, classes
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, index: int) -> tuple[Image.Image, int]:
+        return _open_image(self.files[index]), self.targets[index]
 
 
 def _imagefolder(name: str, path: Path, cache_dir: str | Path | None) -> TensorData | StreamData:
@@ -261,12 +311,8 @@ def _imagefolder(name: str, path: Path, cache_dir: str | Path | None) -> TensorD
     _check_classes(train_dir, test_dir, classes, train_labels, test_labels)
     probe = _open_image(train_files[0])
     if max(probe.size) > SMALL_IMAGE_PX:
-        from torchvision.datasets import ImageFolder
-
-        loader = lambda f: _open_image(Path(f))  # noqa: E731
-        train = ImageFolder(str(train_dir), loader=loader)
-        test = ImageFolder(str(test_dir), loader=loader)
-        return StreamData(name, train, test, torch.tensor(train.targets), train.classes)
+        train, test = ImageFiles(train_files, train_labels, classes), ImageFiles(test_files, test_labels, classes)
+        return StreamData(name, train, test, torch.tensor(train_labels), list(classes))
     train_images = _decode_cached(train_files, probe.size, cache_dir)
     test_images = _decode_cached(test_files, probe.size, cache_dir)
     return TensorData(
@@ -275,14 +321,21 @@ def _imagefolder(name: str, path: Path, cache_dir: str | Path | None) -> TensorD
 
 
 def _decode_cached(files: list[Path], size: tuple[int, int], cache_dir: str | Path | None) -> torch.Tensor:
-    """Decode images into a uint8 (N, 3, H, W) tensor, cached under `cache_dir` by file list and size."""
+    """Decode images into a uint8 (N, 3, H, W) tensor, cached under `cache_dir` by file list and size. A
+    cache file that is damaged, or of another shape, is decoded again and replaced."""
     key = hashlib.sha1("\n".join(f"{f}:{f.stat().st_mtime_ns}" for f in files).encode()).hexdigest()[:16]
     cache = Path(cache_dir or Path.home() / ".cache" / "structinit") / f"images-{key}.pt"
+    shape = (len(files), 3, size[1], size[0])
     if cache.exists():
-        return torch.load(cache, map_location="cpu", weights_only=True)
+        try:
+            cached = torch.load(cache, map_location="cpu", weights_only=True)
+        except Exception:  # damaged (a disk error, a foreign file): decoded again below
+            cached = None
+        if isinstance(cached, torch.Tensor) and cached.dtype == torch.uint8 and tuple(cached.shape) == shape:
+            return cached
     from tqdm.auto import tqdm
 
-    out = torch.empty(len(files), 3, size[1], size[0], dtype=torch.uint8)
+    out = torch.empty(shape, dtype=torch.uint8)
     # disable=None: a bar on a terminal, nothing in a log file
     bar = tqdm(files, desc=f"decoding {files[0].parents[1].name}", unit="img", leave=False, disable=None)
     for i, f in enumerate(bar):
@@ -291,10 +344,35 @@ def _decode_cached(files: list[Path], size: tuple[int, int], cache_dir: str | Pa
             raise ValueError(f"image {f} is {image.size[0]}x{image.size[1]}, the others {size[0]}x{size[1]}")
         out[i] = torch.from_numpy(np.array(image)).permute(2, 0, 1)
     cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_suffix(f".tmp{os.getpid()}")
-    torch.save(out, tmp)
-    os.replace(tmp, cache)
+    remove_temporaries(cache.parent, lambda name: name.startswith("images-"))
+    atomic_write(cache, lambda f: torch.save(out, f))
     return out
+
+
+def fingerprint(data: TensorData | StreamData) -> str:
+    """A digest of what a run trains and evaluates on: the pixels and labels of data held in memory, the
+    files (relative paths and sizes) and labels of an image tree; a resumed run checks it is unchanged."""
+    digest = hashlib.sha256()
+    if isinstance(data, TensorData):
+        parts = [data.train_images, data.train_labels, data.test_images, data.test_labels]
+        parts += [t for t in (data.val_images, data.val_labels) if t is not None]
+        for tensor in parts:
+            digest.update(f"{tuple(tensor.shape)};".encode())
+            digest.update(tensor.contiguous().view(torch.uint8).numpy().tobytes())
+        return digest.hexdigest()[:16]
+    for dataset in (data.train, data.val, data.test):
+        indices = getattr(dataset, "indices", None)
+        base = getattr(dataset, "dataset", dataset)
+        files = getattr(base, "files", None)
+        digest.update(f"{len(dataset) if dataset is not None else None};".encode())
+        if files is not None:
+            chosen = indices if indices is not None else range(len(files))
+            root = os.path.commonpath([str(f) for f in files]) if files else ""
+            for i in chosen:
+                f = files[i]
+                digest.update(f"{os.path.relpath(f, root)}:{f.stat().st_size}:{base.targets[i]};".encode())
+    digest.update(data.train_labels.numpy().tobytes())
+    return digest.hexdigest()[:16]
 
 
 def _torchvision(name: str, root: Path, download: bool, train: bool):

@@ -18,7 +18,6 @@ import json
 import multiprocessing
 import os
 import re
-import shutil
 import statistics
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
@@ -30,7 +29,7 @@ import yaml
 from .data import parse_spec
 from .launch import Cluster, TrainJob, run_on_cluster
 from .provenance import ENVIRONMENT
-from .rundir import MetricsLog, RunError, RunLock, config_hash, flag, identity
+from .rundir import MetricsLog, RunError, RunLock, clear_run, config_hash, flag, identity, read_record
 from .train import TrainConfig, read_config, train
 
 CSV_COLUMNS = [
@@ -67,6 +66,10 @@ NOT_RECIPE = (
 )
 
 
+SUMMARY_FIX = "delete it and run the grid again: the run's checkpoint writes it again"
+REPORT_FIX = "delete it: the run is then checked by its config.yaml alone"
+
+
 def run_dir(out: Path, per_class: int | None, init: str, seed: int) -> Path:
     setting = f"per_class_{per_class}" if per_class else "full"
     return out / setting / f"{init}-seed{seed}"
@@ -87,6 +90,10 @@ def compare(
     another recipe are trained again instead of refused; `cluster`: each run a job, see run_configs)
     and write the results."""
     out = Path(out)
+    for name, values in (("--inits", inits), ("--seeds", seeds), ("--per-class", per_class)):
+        twice = sorted({str(v) for v in values if values.count(v) > 1})
+        if twice:
+            raise ValueError(f"{name} lists {', '.join(twice)} twice: each run of the grid once")
     configs = [
         dataclasses.replace(base, init=init, seed=seed, per_class=pc, out=str(run_dir(out, pc, init, seed)))
         for pc in per_class
@@ -139,7 +146,8 @@ def _check_same_recipe(config: TrainConfig, rerun: bool) -> None:
     if not listed:
         return
     if rerun:
-        shutil.rmtree(config.out)
+        with RunLock(Path(config.out)):  # refused while a process trains it
+            clear_run(Path(config.out))
         return
     raise RunError(f"{config.out} was made with {listed}: use another --out, or --rerun to train it again")
 
@@ -154,7 +162,7 @@ def _changed_init_options(config: TrainConfig) -> str:
     method, given = parse_init(config.init)
     if method == DEFAULT or not report.exists():
         return ""
-    recorded = json.loads(report.read_text())["options"]
+    recorded = read_record(report, REPORT_FIX).get("options", {})
     then, now = options_then_and_now(method, given, recorded) or ({}, {})
     differ = [f"{k}={then[k]!r} (now {v!r})" for k, v in now.items() if then[k] != v]
     return f"init {config.init!r} with {', '.join(differ)}" if differ else ""
@@ -257,7 +265,7 @@ def collect(out: Path) -> list[dict[str, Any]]:
     rows = []
     for summary_path in sorted(out.glob("*/*/summary.json")):
         path = summary_path.parent
-        summary = json.loads(summary_path.read_text())
+        summary = read_record(summary_path, SUMMARY_FIX)
         resolved = read_config(path / "config.yaml")
         config = json.loads(json.dumps(dataclasses.asdict(resolved)))
         ran = yaml.safe_load((path / "config.yaml").read_text()).get(ENVIRONMENT, {})
@@ -474,5 +482,5 @@ def _heads(path: Path) -> int | str:
     report = path / "init_report.json"
     if not report.exists():
         return ""
-    layers = json.loads(report.read_text())["layers"]
+    layers = read_record(report, REPORT_FIX).get("layers")
     return len(layers[0]["heads"]) if layers else ""

@@ -9,6 +9,7 @@ and the report records the resolved instance, so a default changed here changes 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar
@@ -101,6 +102,8 @@ def _check(what: str, f: Any, value: Any) -> None:
             none = " or None" if "None" in kinds else ""
             why = f" ({meta['why']})" if meta["why"] else ""
             raise ValueError(f"{f.name} must be {valid}{none}{why}, got {value!r}")
+    if kinds & {"int", "float"} and not math.isfinite(value):
+        raise ValueError(f"option {f.name} of {what} takes a finite number, got {value}")
 
 
 # options that several methods take, each defined here once (a dataclass field cannot be shared)

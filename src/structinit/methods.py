@@ -24,6 +24,7 @@ from .adapters import AttentionLayer, ModelAdapter, get_adapter, unwrap
 from .adapters.convmixer import ConvMixerAdapter, get_conv_adapter
 from .adapters.mixer import MixerAdapter
 from .adapters.swin import SwinAdapter
+from .errors import first_line
 from .fidelity import offset_mass
 from .filter_inits import FILTER_METHODS, init_filters
 from .filters import Offset, assign_offsets, check_kernel_size, target_indices
@@ -78,8 +79,33 @@ def initialize(
         raise TypeError(f"seed must be an int or None, got {seed!r}")
     method, given = _split_method(method, options)
     model = unwrap(model)
-    with _on_cpu(model), one_torch_thread():
-        return _initialize(model, method, kernel_size, seed, given)
+    if isinstance(model, nn.Module) and any(t.is_meta for t in (*model.parameters(), *model.buffers())):
+        raise ValueError(
+            "the model's weights are on the meta device (no values): materialise it first, e.g. "
+            "model.to_empty(device='cpu'), then initialise it"
+        )
+    try:
+        with _on_cpu(model), one_torch_thread():
+            report = _initialize(model, method, kernel_size, seed, given)
+        failed = ""
+    except torch.linalg.LinAlgError as error:  # a solve on numbers an option made non-finite
+        report, failed = None, f" ({first_line(error)})"
+    bad = _not_finite(model)
+    if bad or failed:
+        listed = f"{len(bad)} tensor(s) not finite ({', '.join(bad[:3])})" if bad else "non-finite numbers"
+        raise ValueError(
+            f"the init {method} made {listed}{failed}: check its options ({given}); the model's weights are "
+            "spoilt, create it again"
+        )
+    return report
+
+
+def _not_finite(model: nn.Module) -> list[str]:
+    """The names of the model's floating-point tensors that hold a NaN or an infinity."""
+    if not isinstance(model, nn.Module):
+        return []
+    tensors = (*model.named_parameters(), *model.named_buffers())
+    return [name for name, t in tensors if t.is_floating_point() and not torch.isfinite(t).all()]
 
 
 def parallel_map(function: Callable[[Any], Any], items: list[Any]) -> list[Any]:

@@ -46,6 +46,21 @@ PRESETS: dict[str, tuple[str | Callable[..., nn.Module], dict[str, Any]]] = {
 }
 
 
+# timm.create_model keywords that load weights or configs from files or the hub: a config.yaml or a
+# run directory that sets them could run code (older timm unpickles with weights_only=False)
+LOADING_KWARGS = ("pretrained", "pretrained_cfg", "pretrained_cfg_overlay", "checkpoint_path", "pretrained_strict")
+
+
+def check_model_kwargs(kwargs: dict[str, Any]) -> None:
+    """Refuse model keywords that load files: structinit initialises models, it does not load them."""
+    loading = [k for k in LOADING_KWARGS if kwargs.get(k)]
+    if loading:
+        raise ValueError(
+            f"--model-kwargs {', '.join(loading)}: structinit does not load weights or configs into a model "
+            "(a file named there could run code); initialise it, or load your weights after structinit init --save"
+        )
+
+
 def is_model_name(name: str) -> bool:
     """A preset of this package or a model timm can build."""
     import timm
@@ -59,6 +74,7 @@ def create_model(
     """timm.create_model for a preset or any timm name; ViT-family models get `img_size=data_size`
     (the in-memory images' size) unless `kwargs` sets img_size. `pos_embed="sincos"` gives a ViT a
     fixed (frozen) 2-D sin-cos position table, which every init leaves as it is."""
+    check_model_kwargs(kwargs)
     arch, preset_kwargs = PRESETS.get(name, (name, {}))
     options = {**preset_kwargs, **kwargs, "num_classes": num_classes, "in_chans": in_chans}
     if drop_path:

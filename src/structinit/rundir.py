@@ -6,16 +6,29 @@ what may change when it resumes, and its metrics log, which never holds an epoch
                         {"event": "resume", ...} lines record what a resume changed
     RUN/last.pt         the last good checkpoint (checkpoint.py); RUN/prev.pt the one before
     RUN/summary.json    written when the run finishes
+    RUN/init_report.json what the init did (written when the run starts)
+    RUN/snapshots/      weights kept at --snapshot-epochs
     RUN/.lock           held by the process training the run
+
+These names are the tool's own: it deletes them (and its temporary files, `.NAME.tmpPID`) only where
+it can prove they are its unfinished work, and never anything else in the directory.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
+
+import yaml
+
+from .errors import RunError
+from .files import atomic_write_text, remove_temporaries
+from .provenance import ENVIRONMENT
 
 # Settings a resumed run may change: they change how long it goes on, its learning rate, or only
 # how it is watched and where it runs. Anything else would make it another run.
@@ -49,8 +62,11 @@ NOT_IDENTITY = (
 )
 
 
-class RunError(RuntimeError):
-    """A run cannot go on as asked; the message says why and what to do, in one line."""
+# what a run writes (besides snapshots/ and tensorboard/), and the files that hold its results
+RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.json", "last.pt", "prev.pt", "init_report.json", "wandb_id")
+RESULTS = ("last.pt", "prev.pt", "summary.json", "metrics.jsonl")
+SNAPSHOT = re.compile(r"^epoch_\d{4}\.pt$")
+TENSORBOARD = re.compile(r"^events\.out\.tfevents\.")
 
 
 class RunLock:
@@ -117,45 +133,129 @@ def resume_changes(saved: dict[str, Any], asked: dict[str, Any], epochs_done: in
 
 class MetricsLog:
     """RUN/metrics.jsonl. An epoch's line is appended (and fsynced) after its checkpoint is durable;
-    the checkpoint also holds that line, so `reconcile` can put back a line a crash lost, and drops
-    lines of epochs after the checkpoint, so a resumed run never logs an epoch twice."""
+    the checkpoint also holds that line (and the events before it), so `reconcile` can put back lines
+    a crash lost, and drops lines of epochs after the checkpoint, so a resumed run never logs an
+    epoch twice."""
+
+    FIX = "remove the damaged line(s); --resume puts back the lines its checkpoint holds"
 
     def __init__(self, run: Path) -> None:
         self.path = Path(run) / "metrics.jsonl"
 
     def records(self) -> list[dict[str, Any]]:
-        """Every parsable line (a torn last line, from a crash mid-write, is dropped)."""
+        """Every line, as a dict with an "epoch" or an "event". A torn last line (a crash mid-write)
+        is dropped; any other line that is not such a record is damage, named in one line."""
         if not self.path.exists():
             return []
+        try:
+            lines = self.path.read_text().splitlines()
+        except UnicodeDecodeError:
+            raise RunError(f"{self.path} is damaged (not text): {self.FIX}") from None
         records = []
-        for line in self.path.read_text().splitlines():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
                 continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                if number == len(lines):
+                    continue
+                raise RunError(f"{self.path} line {number} is damaged (not JSON): {self.FIX}") from None
+            if not isinstance(record, dict) or not (
+                isinstance(record.get("epoch"), int) or isinstance(record.get("event"), str)
+            ):
+                raise RunError(f"{self.path} line {number} is not an epoch or event record: {self.FIX}")
+            records.append(record)
         return records
 
     def epochs(self) -> list[dict[str, Any]]:
         return [r for r in self.records() if "event" not in r]
 
-    def append(self, record: dict[str, Any]) -> None:
-        with open(self.path, "a") as f:
-            f.write(json.dumps(record) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+    def append(self, *records: dict[str, Any]) -> None:
+        text = "".join(json.dumps(r) + "\n" for r in records)
+        try:
+            with open(self.path, "a") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as error:  # a torn line is dropped by records() and put back by reconcile()
+            reason = "no space left on the device holding it" if error.errno == errno.ENOSPC else error.strerror
+            raise RunError(f"cannot write {self.path} ({reason or error}): free some space and --resume") from None
 
-    def reconcile(self, epoch: int, last: dict[str, Any] | None) -> None:
-        """Make the log end at `epoch`, the checkpoint's: drop later lines, restore its line `last`."""
+    def reconcile(self, epoch: int, lines: list[dict[str, Any]]) -> None:
+        """Make the log end at `epoch`, the checkpoint's: drop later lines, put back the checkpoint's
+        `lines` (its events and its epoch's line) that a crash lost."""
         records = [r for r in self.records() if r.get("epoch", r.get("after_epoch", 0)) <= epoch]
-        if last is not None and not any(r.get("epoch") == epoch and "event" not in r for r in records):
-            records.append(last)
+        records += [line for line in lines if line not in records]
         text = "".join(json.dumps(r) + "\n" for r in records)
         if not self.path.exists() or self.path.read_text() != text:
-            atomic_write_text(self.path, text)
+            atomic_write_text(self.path, text, then=" and --resume")
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Replace a small text file whole: a crash leaves the old one."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+def written_by_a_run(path: Path) -> bool:
+    """A config.yaml that a run wrote: a mapping that ends with the run's environment record."""
+    try:
+        values = yaml.safe_load(path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError, OSError):
+        return False
+    return isinstance(values, dict) and isinstance(values.get(ENVIRONMENT), dict)
+
+
+def check_fresh(out: Path) -> None:
+    """Before a fresh run writes into `out`: refuse a directory holding a run's results or a config.yaml
+    that no run wrote. What a run of ours left that stopped before its first checkpoint (its config,
+    init report, snapshot at init, temporary files) is its unfinished work and is cleared."""
+    held = [name for name in RESULTS if (out / name).exists() and (out / name).stat().st_size]
+    if "last.pt" in held:
+        raise RunError(f"{out} already holds a run: use --resume to continue it or another --out")
+    if held:
+        raise RunError(
+            f"{out} holds a run's results ({', '.join(held)}) and no checkpoint to continue from: "
+            "use another --out (structinit never overwrites results)"
+        )
+    config = out / "config.yaml"
+    if config.exists() and not written_by_a_run(config):
+        raise RunError(f"{config} was not written by a structinit run: use another --out (the file stays as it is)")
+    if config.exists():
+        clear_run(out)
+
+
+def clear_run(out: Path) -> list[Path]:
+    """Delete what a run wrote in `out` (RUN_FILES, snapshots, TensorBoard events, temporary files) and
+    nothing else; call it holding the run's lock. Returns what it deleted."""
+    removed = [out / name for name in RUN_FILES if (out / name).is_file()]
+    for folder, pattern in ((out / "snapshots", SNAPSHOT), (out / "tensorboard", TENSORBOARD)):
+        if folder.is_dir():
+            removed += [p for p in folder.iterdir() if pattern.match(p.name) and p.is_file()]
+    for path in removed:
+        path.unlink()
+    removed += clear_temporaries(out)
+    for folder in (out / "snapshots", out / "tensorboard"):
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+    return removed
+
+
+def clear_temporaries(out: Path) -> list[Path]:
+    """Delete the temporary files that interrupted writes of the run in `out` left (hold its lock)."""
+    return remove_temporaries(out, RUN_FILES) + remove_temporaries(out / "snapshots", lambda n: bool(SNAPSHOT.match(n)))
+
+
+def checkpoint_lines(checkpoint: dict[str, Any]) -> list[dict[str, Any]]:
+    """The log lines a checkpoint holds: the events of its epoch and the epoch's line (a checkpoint of
+    structinit < 0.3 holds the epoch's line only)."""
+    if checkpoint.get("log") is not None:
+        return list(checkpoint["log"])
+    return [checkpoint["metrics"]] if checkpoint.get("metrics") else []
+
+
+def read_record(path: Path, fix: str) -> dict[str, Any]:
+    """A JSON object the tool wrote (summary.json, init_report.json); one line naming the file and `fix`
+    if it is damaged."""
+    try:
+        value = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise RunError(f"{path} is damaged ({error}): {fix}") from None
+    if not isinstance(value, dict):
+        raise RunError(f"{path} is damaged (not a JSON object): {fix}")
+    return value

@@ -37,14 +37,28 @@ from tqdm.auto import tqdm
 
 from .augment import BatchAugment
 from .checkpoint import atomic_save, load_checkpoint, rng_state, set_rng_state
-from .data import StreamData, TensorData, load_data
+from .data import ImageError, StreamData, TensorData, fingerprint, load_data
+from .errors import first_line
+from .files import atomic_write_text
 from .loggers import Loggers, check_loggers
 from .methods import initialize
-from .models import create_model
+from .models import check_model_kwargs, create_model
 from .options import DEFAULT, KERNEL_SIZE, parse_init, with_options
 from .provenance import ENVIRONMENT, environment
 from .report import Report
-from .rundir import MetricsLog, RunError, RunLock, atomic_write_text, flag, resume_changes
+from .rundir import (
+    RESULTS,
+    MetricsLog,
+    RunError,
+    RunLock,
+    check_fresh,
+    checkpoint_lines,
+    clear_temporaries,
+    flag,
+    identity,
+    read_record,
+    resume_changes,
+)
 
 # steps between checks that the losses are finite (each check waits for the device)
 FINITE_CHECK_STEPS = 50
@@ -71,6 +85,8 @@ LIMITS: dict[str, tuple[float, float | None, bool, bool]] = {
     "eval_batch_size": (1, None, False, False),
     "eval_every": (1, None, False, False),
     "stop_after": (1, None, False, False),
+    "seed": (0, 2**32 - 1, False, False),  # numpy's seeds
+    "subset_seed": (0, 2**32 - 1, False, False),
 }
 
 
@@ -130,6 +146,8 @@ class TrainConfig:
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ValueError(f"{flag(name)} takes a number, got {value!r}")
+            if not math.isfinite(value):
+                raise ValueError(f"{flag(name)} takes a finite number, got {value}")
             below = value <= low if low_open else value < low
             above = high is not None and (value >= high if high_open else value > high)
             if below or above:
@@ -140,6 +158,7 @@ class TrainConfig:
         if self.amp not in ("auto", "bf16", "fp16", "none"):
             raise ValueError(f"--amp must be auto, bf16, fp16 or none, got {self.amp!r}")
         check_loggers(self.log)
+        check_model_kwargs(self.model_kwargs)
         if any(not 0 <= e <= self.epochs for e in self.snapshot_epochs):
             raise ValueError(f"--snapshot-epochs must lie in 0..{self.epochs}, got {self.snapshot_epochs}")
 
@@ -186,9 +205,23 @@ def config_values(values: Any, source: str) -> dict[str, Any]:
 
 
 def read_config(path: str | Path) -> TrainConfig:
-    """The TrainConfig of a config.yaml (a run's, or one written by hand)."""
+    """The TrainConfig of a run's config.yaml; one line naming the file if it is damaged."""
     path = Path(path)
-    return TrainConfig(**config_values(yaml.safe_load(path.read_text()), str(path)))
+    fix = "restore it, or delete it: --resume writes it again from last.pt"
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise RunError(f"{path} is damaged (not text): {fix}") from None
+    if not text.endswith("\n"):  # a run writes it whole, ending with a newline
+        raise RunError(f"{path} is truncated: {fix}")
+    try:
+        values = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise RunError(f"{path} is damaged (not valid YAML: {first_line(error)}): {fix}") from None
+    try:
+        return TrainConfig(**config_values(values, str(path)))
+    except (ValueError, TypeError) as error:
+        raise RunError(str(error) if str(error).startswith(str(path)) else f"{path}: {error}") from None
 
 
 def presets() -> list[str]:
@@ -285,7 +318,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
     device = resolve_device(config.device, int(os.environ.get("LOCAL_RANK", "0")))
     world = setup_distributed(device)
     try:
-        if config.resume and not (Path(config.out) / "config.yaml").exists():
+        if config.resume and not any((Path(config.out) / f).exists() for f in ("config.yaml", "last.pt")):
             raise FileNotFoundError(f"--resume: there is no run in {config.out}")
         with RunLock(Path(config.out)) if world.main else contextlib.nullcontext():
             return Run(config, device, world).run()
@@ -295,11 +328,16 @@ def train(config: TrainConfig) -> dict[str, Any]:
 
 
 def resume_config(out: str | Path, **changes: Any) -> TrainConfig:
-    """The config of the run in `out`, with `changes` (only RESUMABLE settings may differ), to resume it."""
-    path = Path(out) / "config.yaml"
-    if not path.exists():
+    """The config of the run in `out` (its checkpoint's, which is what was trained; config.yaml's before
+    the first checkpoint), with `changes` (only RESUMABLE settings may differ), to resume it."""
+    out = Path(out)
+    if (out / "last.pt").exists():
+        values = config_values(load_checkpoint(out / "last.pt", mmap=True)["config"], str(out / "last.pt"))
+        saved = TrainConfig(**values)
+    elif (out / "config.yaml").exists():
+        saved = read_config(out / "config.yaml")
+    else:
         raise FileNotFoundError(f"--resume: there is no run in {out}")
-    saved = read_config(path)
     return dataclasses.replace(saved, **{"stop_after": None, **changes}, out=str(out), resume=True)
 
 
@@ -313,23 +351,29 @@ class Run:
         self.out = Path(config.out)
         self.log = MetricsLog(self.out)
         self.checkpointed: int | None = None  # the epoch of the last good checkpoint on disk
+        # what a resume changed (log events, and whether config.yaml changes): written with its first
+        # checkpoint, so that the record never says what was not trained
+        self.pending: list[dict[str, Any]] = []
+        self.rewrite_config = False
 
     @property
     def checkpoint_path(self) -> Path:
         return self.out / "last.pt"
 
+    @property
+    def last_epoch(self) -> int:
+        """The epoch this process trains to."""
+        config = self.config
+        return config.epochs if config.stop_after is None else min(config.epochs, config.stop_after)
+
     def run(self) -> dict[str, Any]:
         checkpoint = self.open()
-        if (
-            checkpoint is not None
-            and (self.out / "summary.json").exists()
-            and checkpoint["epoch"] >= self.config.epochs
-        ):
-            return json.loads((self.out / "summary.json").read_text())  # finished, nothing asked: no-op
+        summary = self.out / "summary.json"
+        if checkpoint is not None and summary.exists() and checkpoint["epoch"] >= self.config.epochs:
+            return read_record(summary, "delete it: --resume writes it again")  # finished, nothing asked: no-op
         self.build()
         start = self.restore(checkpoint)
-        config = self.config
-        last = config.epochs if config.stop_after is None else min(config.epochs, config.stop_after)
+        config, last = self.config, self.last_epoch
         show = self.world.main and not config.quiet
         bar = tqdm(range(start, last), desc="epochs", disable=not show or None, initial=start, total=last)
         metrics: dict[str, Any] = {}
@@ -348,40 +392,72 @@ class Run:
     # --- the directory ----------------------------------------------------------------------------
 
     def open(self) -> dict[str, Any] | None:
-        """A fresh run writes its config (refusing a directory that holds a run); a resumed one loads
-        its checkpoint, applies the settings that may change (logged) and refuses the others."""
+        """A fresh run claims its directory and writes its config; a resumed one loads its checkpoint,
+        repairs a record a crash left behind it, and keeps the changes it may make (refusing the
+        others) to write with its first new checkpoint."""
         config = self.config
         env = environment(self.device, resolve_amp(config.amp, self.device), self.world.world)
         if not config.resume:
-            if self.checkpoint_path.exists():
-                raise FileExistsError(f"{self.out} already holds a run: use --resume to continue it or another --out")
-            if self.world.main:  # a run that failed before its first checkpoint starts over
-                for stale in ("metrics.jsonl", "summary.json", "prev.pt"):
-                    (self.out / stale).unlink(missing_ok=True)
+            if self.world.main:
+                check_fresh(self.out)
                 self.out.mkdir(parents=True, exist_ok=True)
                 _write_config(self.out, dataclasses.asdict(config), env)
             return None
         if not self.checkpoint_path.exists():
+            held = [name for name in RESULTS if (self.out / name).exists()]
+            if held:
+                raise RunError(
+                    f"{self.out} has no last.pt to resume from, only {', '.join(held)}: its results stay as they "
+                    "are; train again into another --out"
+                )
             raise RunError(
                 f"{self.out} has no checkpoint yet (it stopped before its first epoch ended): "
                 "run it again without --resume"
             )
         checkpoint = load_checkpoint(self.checkpoint_path)
-        saved = dataclasses.asdict(TrainConfig(**{**config_values(checkpoint["config"], "last.pt"), "resume": True}))
-        changes = resume_changes(saved, dataclasses.asdict(config), checkpoint["epoch"])
-        self.checkpointed = checkpoint["epoch"]
+        done = checkpoint["epoch"]
+        saved = TrainConfig(**{**config_values(checkpoint["config"], "last.pt"), "resume": True})
+        changes = resume_changes(dataclasses.asdict(saved), dataclasses.asdict(config), done)
+        if changes and done >= self.last_epoch:
+            listed = ", ".join(f"{flag(k)} {v[1]!r}" for k, v in changes.items())
+            raise RunError(
+                f"{self.out} has done {done} of its epochs, so {listed} would change nothing and nothing was "
+                "written: add --epochs N to train longer"
+            )
+        self.checkpointed = done
         if self.world.main:
-            self.log.reconcile(checkpoint["epoch"], checkpoint.get("metrics"))
-            before = (yaml.safe_load((self.out / "config.yaml").read_text()) or {}).get(ENVIRONMENT)
+            clear_temporaries(self.out)
+            self.log.reconcile(done, checkpoint_lines(checkpoint))
+            before = self.repair_record(saved, done)
             if changes:
-                self.log.append({"event": "resume", "after_epoch": checkpoint["epoch"], "changed": changes})
-                if "epochs" in changes:
-                    (self.out / "summary.json").unlink(missing_ok=True)
+                self.pending.append({"event": "resume", "after_epoch": done, "changed": changes})
             if env != before:  # resumed elsewhere: config.yaml says where it goes on, the log where it was
-                self.log.append({"event": "environment", "after_epoch": checkpoint["epoch"], ENVIRONMENT: env})
-            if changes or env != before:
-                _write_config(self.out, {**dataclasses.asdict(config), "resume": False}, env)
+                self.pending.append({"event": "environment", "after_epoch": done, ENVIRONMENT: env})
+            self.rewrite_config = bool(changes) or env != before
+            self.env = env
         return checkpoint
+
+    def repair_record(self, saved: TrainConfig, done: int) -> dict[str, Any] | None:
+        """Make config.yaml and summary.json agree with the checkpoint (a crash between a checkpoint and
+        its record, or a record an older structinit wrote ahead of it); returns the recorded environment."""
+        path = self.out / "config.yaml"
+        try:
+            recorded = read_config(path) if path.exists() else None
+            before = (yaml.safe_load(path.read_text()) or {}).get(ENVIRONMENT) if recorded else None
+        except RunError:
+            recorded = before = None
+        values = {**dataclasses.asdict(saved), "resume": False}
+        if recorded is None or identity(dataclasses.asdict(recorded)) != identity(values):
+            _write_config(self.out, values, before or {})
+        summary = self.out / "summary.json"
+        if summary.exists():
+            try:
+                stale = read_record(summary, "").get("epochs_done") != done
+            except RunError:
+                stale = True
+            if stale:
+                summary.unlink()  # this run's own, behind its checkpoint: written again when it finishes
+        return before
 
     # --- building ---------------------------------------------------------------------------------
 
@@ -399,6 +475,7 @@ class Run:
             val_per_class=config.val_per_class,
         )
         self.in_memory = isinstance(self.data, TensorData)
+        self.data_fingerprint = fingerprint(self.data)
         self.model, self.init_report = build_model(config, self.data)
         self.model.to(device)
         self.amp_dtype = resolve_amp(config.amp, device)
@@ -449,6 +526,11 @@ class Run:
         Returns the epoch to start from."""
         start = 0
         if checkpoint is not None:
+            if checkpoint.get("data", self.data_fingerprint) != self.data_fingerprint:
+                raise RunError(
+                    f"the data of {self.out} ({self.config.data}) changed since its checkpoint (images added, "
+                    "removed or replaced): resume it on the data it trained on, or start a new run"
+                )
             self.model.load_state_dict(checkpoint["model"])
             self.optimizer.load_state_dict(checkpoint["optimizer"])
             if self.ema is not None:
@@ -458,7 +540,7 @@ class Run:
             set_rng_state(checkpoint["rng"])
             start = checkpoint["epoch"]
         elif self.world.main:
-            (self.out / "init_report.json").write_text(json.dumps(self.init_report.to_dict(), indent=2))
+            atomic_write_text(self.out / "init_report.json", json.dumps(self.init_report.to_dict(), indent=2))
             if 0 in self.config.snapshot_epochs:
                 save_snapshot(self.model, self.out, 0)
         for group in self.optimizer.param_groups:
@@ -521,7 +603,7 @@ class Run:
         else:
             if world.world > 1:
                 self.loaders[0].sampler.set_epoch(epoch)
-            source = self.loaders[0]
+            source = _named_images(self.loaders[0])
         for item in tqdm(source, desc=f"epoch {epoch + 1}", leave=False, disable=not show or None, total=steps):
             if not self.in_memory:
                 images, labels = (t.to(self.device, non_blocking=True) for t in item)
@@ -561,7 +643,7 @@ class Run:
 
         def batches():
             if not self.in_memory:
-                yield from ((x.to(self.device), y.to(self.device)) for x, y in self.loaders[1])
+                yield from ((x.to(self.device), y.to(self.device)) for x, y in _named_images(self.loaders[1]))
                 return
             images, labels = (
                 (data.val_images, data.val_labels) if split == "val" else (data.test_images, data.test_labels)
@@ -605,9 +687,11 @@ class Run:
         )
 
     def save(self, metrics: dict[str, Any]) -> None:
-        """Checkpoint the epoch (durably, keeping the previous one), then log it, then snapshot."""
+        """Checkpoint the epoch (durably, keeping the previous one, with its log lines), then write the
+        record: what a resume changed (with its first checkpoint), the epoch's line, a snapshot."""
         epoch = metrics["epoch"]
         if self.world.main:
+            lines = [*self.pending, metrics]
             state = {
                 "model": self.model.state_dict(),
                 "optimizer": self.optimizer.state_dict(),
@@ -616,10 +700,16 @@ class Run:
                 "epoch": epoch,
                 "rng": rng_state(),
                 "config": dataclasses.asdict(self.config),
+                "data": self.data_fingerprint,
                 "metrics": metrics,
+                "log": lines,
             }
             atomic_save(state, self.checkpoint_path, keep_previous=True)
-            self.log.append(metrics)
+            if self.rewrite_config:
+                (self.out / "summary.json").unlink(missing_ok=True)  # the run goes on past it
+                _write_config(self.out, {**dataclasses.asdict(self.config), "resume": False}, self.env)
+            self.log.append(*lines)
+            self.pending, self.rewrite_config = [], False
             self.loggers.log(metrics)
             if epoch in self.config.snapshot_epochs:
                 save_snapshot(self.model, self.out, epoch)
@@ -634,7 +724,7 @@ class Run:
         report = self.init_report.to_dict()
         summary["init"] = {k: report[k] for k in ("method", "mean_fidelity", "min_fidelity", "seconds")}
         if self.world.main and summary["finished"]:
-            (self.out / "summary.json").write_text(json.dumps(summary, indent=2))
+            atomic_write_text(self.out / "summary.json", json.dumps(summary, indent=2), then=" and --resume")
         return summary
 
 
@@ -797,6 +887,14 @@ def _data_config(model: nn.Module) -> dict[str, Any]:
     if size is not None:
         config["input_size"] = (config["input_size"][0], *size)
     return config
+
+
+def _named_images(loader: torch.utils.data.DataLoader):
+    """The loader's batches; an image a worker cannot decode ends the run in one line naming it."""
+    try:
+        yield from loader
+    except ImageError as error:
+        raise ImageError.from_worker(error) from None
 
 
 class _Transformed(torch.utils.data.Dataset):

@@ -1,0 +1,93 @@
+"""Files that are never half-written: each is written to a temporary file beside it (.NAME.tmpPID),
+fsynced and renamed into place, so a crash leaves the old file whole; a failed or interrupted write
+removes its temporary file, and one that kill -9 left is removed by the next writer (`remove_temporaries`).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from .errors import RunError
+
+# .NAME.tmpPID: a temporary file of `atomic_write`
+TEMPORARY = re.compile(r"^\.(?P<name>.+)\.tmp(?P<pid>\d+)$")
+
+
+def temporary(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp{os.getpid()}")
+
+
+def atomic_write(path: Path, write: Callable[[BinaryIO], Any], keep_previous: bool = False, then: str = "") -> None:
+    """`write(file)` to a temporary file, fsync, then rename it over `path` (with `keep_previous`, the
+    old file becomes prev.pt). A failure or an interrupt leaves the old file and no temporary file; an
+    OSError (a full disk) becomes one line, ending with `then` (what to do after freeing space)."""
+    path = Path(path)
+    tmp, link = temporary(path), temporary(path.with_name("prev.pt"))
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        if keep_previous and path.exists():
+            link.unlink(missing_ok=True)
+            os.link(path, link)  # the old file stays in place until the new one replaces it
+            os.replace(link, path.with_name("prev.pt"))
+        os.replace(tmp, path)
+        sync_directory(path.parent)
+    except BaseException as error:
+        tmp.unlink(missing_ok=True)
+        link.unlink(missing_ok=True)
+        if not isinstance(error, OSError):
+            raise
+        if error.errno == errno.ENOSPC:
+            raise RunError(f"no space left on the device holding {path}: free some{then}") from None
+        raise RunError(f"cannot write {path}: {error.strerror or error}") from None
+
+
+def atomic_write_text(path: Path, text: str, then: str = "") -> None:
+    """Replace a small text file whole: a crash leaves the old one."""
+    atomic_write(path, lambda f: f.write(text.encode()), then=then)
+
+
+def remove_temporaries(folder: Path, names: Iterable[str] | Callable[[str], bool]) -> list[Path]:
+    """Delete the temporary files of `names` (or of the names the callable accepts) in `folder` whose
+    writer is gone (its pid is not alive): what an interrupted write of ours left. Returns them."""
+    accept = names if callable(names) else set(names).__contains__
+    removed = []
+    for item in folder.iterdir() if folder.is_dir() else ():
+        match = TEMPORARY.match(item.name)
+        if match and accept(match["name"]) and item.is_file() and not _alive(int(match["pid"])):
+            item.unlink(missing_ok=True)
+            removed.append(item)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # this process writes one file at a time: a leftover of its own is stale
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
+def sync_directory(folder: Path) -> None:
+    """Make a rename in `folder` durable (a no-op where directories cannot be opened, as on Windows)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,475 @@
+"""Runs you can trust, round two: the record never lies, nothing is deleted that the tool did not
+write, one writer per run, no file runs code, data read one way, damaged files named in one line,
+no temporary file left behind, numbers checked before any work. Tiny runs on the digits."""
+
+import errno
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from PIL import Image
+
+from conftest import make_imagefolder
+from structinit import files as files_module
+from structinit.cli import main
+from structinit.data import load_data
+from structinit.experiments import compare
+from structinit.methods import initialize
+from structinit.rundir import MetricsLog, RunLock, identity
+from structinit.train import TrainConfig, read_config, resume_config, train
+
+FAST = dict(data="digits", per_class=20, model="vit_digits", model_kwargs={"depth": 2}, batch_size=50, quiet=True)
+FLAGS = ["--per-class", "20", "--model-kwargs", "depth=2", "--batch-size", "50", "--quiet"]
+# a grid of one run (timm, seed 0, 10 images per class) of FAST's model
+GRID = ["compare", "--per-class", "10", "--model-kwargs", "depth=2", "--batch-size", "50", "--quiet"]
+GRID += ["--inits", "timm", "--seeds", "0"]
+
+
+def files(run: Path) -> dict[str, bytes]:
+    kept = [p for p in sorted(run.rglob("*")) if p.is_file() and p.name != ".lock"]
+    return {str(p.relative_to(run)): p.read_bytes() for p in kept}
+
+
+def one_line(capsys, *fragments: str) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    for fragment in fragments:
+        assert fragment in err, err
+    return err
+
+
+class Planted:
+    """A pickle that runs code when it is opened."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    """A finished 2-epoch run, copied by the tests that change it."""
+    run = tmp_path_factory.mktemp("finished") / "run"
+    train(TrainConfig(**FAST, epochs=2, out=str(run)))
+    return run
+
+
+def copy_run(run: Path, to: Path) -> Path:
+    import shutil
+
+    shutil.copytree(run, to, ignore=shutil.ignore_patterns(".lock"))
+    return to
+
+
+# --- the record never lies ------------------------------------------------------------------------
+
+
+def test_a_change_to_a_finished_run_that_trains_nothing_is_refused_and_writes_nothing(finished, tmp_path, capsys):
+    run = copy_run(finished, tmp_path / "run")
+    before = files(run)
+    assert main(["train", "--out", str(run), "--resume", "--lr", "0.5", "--quiet"]) == 2
+    one_line(capsys, "has done 2 of its epochs, so --lr 0.5 would change nothing", "add --epochs N")
+    assert files(run) == before
+    assert main(["train", "--out", str(run), "--resume", "--quiet"]) == 0  # nothing asked: a no-op
+    assert files(run) == before
+
+
+def test_a_resume_that_diverges_leaves_no_record_and_the_next_resume_is_recorded_as_trained(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", *FLAGS, "--epochs", "3", "--stop-after", "1", "--out", str(run)]) == 0
+    assert main(["train", "--out", str(run), "--resume", "--lr", "1e9", "--quiet"]) == 2
+    capsys.readouterr()
+    assert read_config(run / "config.yaml").lr == 1e-3  # what was trained, not what diverged
+    assert not [r for r in MetricsLog(run).records() if "event" in r]
+    assert main(["train", "--out", str(run), "--resume", "--lr", "0.001", "--quiet"]) == 0
+    config = read_config(run / "config.yaml")
+    assert config.lr == 1e-3 and config.epochs == 3
+    # the recorded config repeats the run: the same identity as the checkpoint's
+    saved = torch.load(run / "last.pt", map_location="cpu", weights_only=True)["config"]
+    assert identity({**saved, "resume": False}) == identity(vars(config))
+
+
+def test_a_resume_change_is_recorded_with_its_first_checkpoint_and_a_crash_before_the_record_is_repaired(
+    tmp_path, monkeypatch
+):
+    run = tmp_path / "run"
+    train(TrainConfig(**FAST, epochs=2, out=str(run)))
+    real = files_module.atomic_write_text
+
+    def crash(path, text, then=""):
+        if Path(path).name == "config.yaml":
+            raise KeyboardInterrupt  # just after the checkpoint of epoch 3 became durable
+        return real(path, text, then)
+
+    monkeypatch.setattr("structinit.train.atomic_write_text", crash)
+    with pytest.raises(KeyboardInterrupt):
+        train(resume_config(run, epochs=3, lr=5e-4))
+    monkeypatch.undo()
+    assert read_config(run / "config.yaml").lr == 1e-3  # the crash left the record behind the checkpoint
+    train(resume_config(run))  # nothing asked: the checkpoint's settings, and the record repaired
+    config = read_config(run / "config.yaml")
+    assert (config.epochs, config.lr) == (3, 5e-4)
+    events = [r for r in MetricsLog(run).records() if "event" in r]
+    assert events == [{"event": "resume", "after_epoch": 2, "changed": {"epochs": [2, 3], "lr": [1e-3, 5e-4]}}]
+    assert [r["epoch"] for r in MetricsLog(run).epochs()] == [1, 2, 3]
+    assert json.loads((run / "summary.json").read_text())["epochs_done"] == 3
+
+
+# --- nothing deleted that the tool did not write ----------------------------------------------------
+
+
+def test_a_finished_run_without_checkpoints_is_never_overwritten(finished, tmp_path, capsys):
+    run = copy_run(finished, tmp_path / "run")
+    (run / "last.pt").unlink()
+    (run / "prev.pt").unlink()
+    before = files(run)
+    assert main(["train", *FLAGS, "--epochs", "1", "--out", str(run)]) == 2
+    one_line(capsys, "holds a run's results (summary.json, metrics.jsonl)", "use another --out")
+    assert main(["train", "--out", str(run), "--resume", "--quiet"]) == 2
+    err = one_line(capsys, "has no last.pt to resume from", "its results stay")
+    assert "without --resume" not in err
+    assert files(run) == before
+
+
+def test_a_config_no_run_wrote_is_not_overwritten_and_foreign_files_stay(tmp_path, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "config.yaml").write_text("lr: 0.1\n")  # the user's own settings file
+    (out / "notes.txt").write_text("keep me")
+    assert main(["train", *FLAGS, "--epochs", "1", "--out", str(out)]) == 2
+    one_line(capsys, "config.yaml was not written by a structinit run")
+    assert (out / "config.yaml").read_text() == "lr: 0.1\n"
+    (out / "config.yaml").unlink()
+    assert main(["train", *FLAGS, "--epochs", "1", "--out", str(out)]) == 0
+    assert (out / "notes.txt").read_text() == "keep me"
+
+
+def test_a_run_that_stopped_before_its_first_checkpoint_starts_over(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("structinit.train.Run.train_epoch", crash)
+    with pytest.raises(KeyboardInterrupt):
+        train(TrainConfig(**FAST, epochs=1, snapshot_epochs=[0], out=str(out)))
+    monkeypatch.undo()
+    assert (out / "config.yaml").exists() and (out / "snapshots" / "epoch_0000.pt").exists()
+    train(TrainConfig(**FAST, epochs=1, out=str(out)))
+    assert not (out / "snapshots").exists()  # its own unfinished work, cleared
+    assert read_config(out / "config.yaml").snapshot_epochs == []
+
+
+def test_rerun_deletes_only_the_runs_own_files_and_never_a_run_in_use(tmp_path, capsys):
+    base = TrainConfig(**{**FAST, "per_class": None}, epochs=1)
+    compare(base, ["timm"], [0], [10], tmp_path)
+    run = tmp_path / "per_class_10" / "timm-seed0"
+    (run / "notes.txt").write_text("keep me")
+    before = files(run)
+    argv = [*GRID, "--epochs", "2", "--out", str(tmp_path), "--rerun"]
+    with RunLock(run):  # a `train --resume` of this run, live
+        assert main(argv) == 2
+    one_line(capsys, f"{run} is in use by pid")
+    assert files(run) == before
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert (run / "notes.txt").read_text() == "keep me"
+    assert read_config(run / "config.yaml").epochs == 2
+
+
+# --- no file runs code ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["checkpoint_path", "pretrained_cfg_overlay"])
+def test_model_keywords_that_load_files_are_refused_everywhere_before_anything_is_opened(
+    finished, tmp_path, capsys, key
+):
+    marker = tmp_path / "code-ran"
+    evil = tmp_path / "evil.pth"
+    torch.save({"x": Planted(marker)}, evil)
+    value = str(evil) if key == "checkpoint_path" else {"file": str(evil)}
+    run = copy_run(finished, tmp_path / "run")
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    config["model_kwargs"] = {**config["model_kwargs"], key: value}
+    (run / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    for argv in (
+        ["attention", str(run), "--at-init", "--out", str(tmp_path / "a.png")],
+        ["rank", str(run), "--at-init", "--out", str(tmp_path / "r.png")],
+        ["train", "-c", str(run / "config.yaml"), "--out", str(tmp_path / "again")],
+        ["init", "vit_digits", "--model-kwargs", f"{key}={evil}"],
+    ):
+        assert main(argv) == 2, argv
+        one_line(capsys, f"--model-kwargs {key}: structinit does not load weights")
+    assert not marker.exists() and not (tmp_path / "again").exists()
+
+
+def test_upgrade_checkpoint_never_runs_code(tmp_path, capsys):
+    marker = tmp_path / "code-ran"
+    path = tmp_path / "last.pt"
+    torch.save({"model": {}, "epoch": 1, "rng": Planted(marker)}, path)
+    assert main(["upgrade-checkpoint", str(path)]) == 2
+    one_line(capsys, "holds objects no structinit checkpoint holds", "not converted")
+    assert not marker.exists()
+
+
+# --- data read one way --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [8, 72])  # in memory, and streamed through DataLoaders
+def test_a_link_loop_in_the_data_is_refused_on_both_paths(tmp_path, size):
+    root = make_imagefolder(tmp_path / "data", size)
+    (root / "train" / "cat" / "loop").symlink_to("..")
+    with pytest.raises(ValueError, match=r"cat/loop leads to .*train again \(a link loop"):
+        load_data(f"imagefolder:{root}")
+
+
+def test_both_paths_list_the_same_images_and_follow_links_to_folders(tmp_path):
+    for size in (8, 72):
+        root = make_imagefolder(tmp_path / f"data{size}", size)
+        elsewhere = make_imagefolder(tmp_path / f"more{size}", size, classes=("cat",), splits=("extra",))
+        (root / "train" / "cat" / "more").symlink_to(elsewhere / "extra" / "cat")
+        data = load_data(f"imagefolder:{root}")
+        labels = data.train_labels.tolist()
+        assert labels == [0] * 8 + [1] * 4, size
+        if size > 64:
+            assert [f.name for f in data.train.files[:8]] == [f"{i}.png" for i in range(4)] * 2
+
+
+def test_one_class_is_refused(tmp_path):
+    root = make_imagefolder(tmp_path / "data", 8, classes=("cat",))
+    with pytest.raises(ValueError, match="one class \\(cat\\); a classifier needs two or more"):
+        load_data(f"imagefolder:{root}")
+
+
+def test_a_corrupt_large_image_is_named_in_one_line_by_a_worker(tmp_path, capsys):
+    root = make_imagefolder(tmp_path / "data", 72, per_class=2)
+    bad = root / "train" / "dog" / "1.png"
+    bad.write_bytes(b"not a png")
+    argv = ["train", "--data", f"imagefolder:{root}", "--model", "vit_digits", "--batch-size", "2"]
+    argv += ["--model-kwargs", "depth=1,img_size=72,patch_size=24", "--workers", "1", "--epochs", "1"]
+    assert main([*argv, "--quiet", "--out", str(tmp_path / "run")]) == 2
+    one_line(capsys, f"cannot read image {bad}", "remove or replace it")
+
+
+def test_images_changed_under_a_stopped_run_are_refused_on_resume(tmp_path, capsys):
+    root = make_imagefolder(tmp_path / "data", 8, per_class=4)
+    argv = ["train", "--data", f"imagefolder:{root}", "--model", "vit_digits", "--batch-size", "4"]
+    argv += ["--model-kwargs", "depth=1", "--cache-dir", str(tmp_path / "cache"), "--quiet"]
+    run = tmp_path / "run"
+    assert main([*argv, "--epochs", "2", "--stop-after", "1", "--out", str(run)]) == 0
+    pixels = np.zeros((8, 8, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(root / "train" / "cat" / "0.png")
+    assert main(["train", "--resume", "--out", str(run), "--quiet"]) == 2
+    one_line(capsys, "changed since its checkpoint", "resume it on the data it trained on")
+
+
+def test_a_damaged_image_cache_is_decoded_again(tmp_path):
+    root = make_imagefolder(tmp_path / "data", 8)
+    cache = tmp_path / "cache"
+    first = load_data(f"imagefolder:{root}", cache_dir=cache)
+    for path in cache.glob("images-*.pt"):
+        path.write_bytes(b"garbage")
+    again = load_data(f"imagefolder:{root}", cache_dir=cache)
+    assert torch.equal(first.train_images, again.train_images)
+    replaced = {torch.load(p, weights_only=True).shape[0] for p in cache.glob("images-*.pt")}
+    assert replaced == {8}  # both splits' caches whole again (4 images x 2 classes each)
+
+
+# --- damaged files: one line, naming the file and the fix ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("damage", "command", "message"),
+    [
+        ("metrics.jsonl", "compare", "metrics.jsonl line 2 is not an epoch or event record"),
+        ("metrics.jsonl", "resume", "metrics.jsonl line 2 is not an epoch or event record"),
+        ("config.yaml", "attention", "config.yaml is damaged (not valid YAML"),
+        ("config.yaml truncated", "attention", "config.yaml is truncated"),
+        ("summary.json", "compare", "summary.json is damaged"),
+        ("init_report.json", "compare", "init_report.json is damaged"),
+        ("last.pt", "resume", "last.pt is truncated or damaged, or not a checkpoint"),
+    ],
+)
+def test_a_damaged_file_is_one_line_naming_it(tmp_path, capsys, damage, command, message):
+    base = TrainConfig(**{**FAST, "per_class": None}, epochs=2)
+    compare(base, ["timm"], [0], [10], tmp_path)
+    run = tmp_path / "per_class_10" / "timm-seed0"
+    name = damage.split()[0]
+    text = (run / name).read_bytes()
+    if damage == "metrics.jsonl":
+        lines = text.decode().splitlines()
+        (run / name).write_text("\n".join([lines[0], "[1, 2]", *lines[1:]]) + "\n")
+    elif damage.endswith("truncated"):
+        (run / name).write_bytes(text[: len(text) // 2].rstrip(b"\n") + b"x")
+    elif name == "config.yaml":
+        (run / name).write_text("lr: [unclosed\n")
+    else:
+        (run / name).write_bytes(os.urandom(64))
+    argv = {
+        "compare": [*GRID, "--epochs", "2", "--out", str(tmp_path)],
+        "resume": ["train", "--resume", "--out", str(run), "--epochs", "3", "--quiet"],
+        "attention": ["attention", str(run), "--out", str(tmp_path / "a.png")],
+    }[command]
+    assert main(argv) == 2
+    err = one_line(capsys, str(run / name), message)
+    assert "upgrade-checkpoint" not in err
+
+
+# --- no temporary file survives -----------------------------------------------------------------------
+
+
+def test_ctrl_c_during_a_checkpoint_write_leaves_no_temporary_file(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    real, calls = torch.save, {"n": 0}
+
+    def interrupted(obj, f, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            f.write(b"half")
+            raise KeyboardInterrupt
+        return real(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr("structinit.checkpoint.torch.save", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        train(TrainConfig(**FAST, epochs=3, out=str(out)))
+    monkeypatch.undo()
+    assert not [p for p in out.iterdir() if ".tmp" in p.name]
+
+
+def test_temporary_files_that_kill_minus_nine_left_are_removed_on_resume(tmp_path):
+    out = tmp_path / "run"
+    train(TrainConfig(**FAST, epochs=2, stop_after=1, out=str(out)))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = [out / f".last.pt.tmp{dead.stdout.strip()}", out / f".config.yaml.tmp{dead.stdout.strip()}"]
+    for path in stale:
+        path.write_bytes(b"half")
+    (out / ".notes.tmp1").write_text("not ours")
+    train(resume_config(out))
+    assert not any(p.exists() for p in stale) and (out / ".notes.tmp1").exists()
+
+
+@pytest.mark.parametrize("where", ["metrics", "summary"])
+def test_a_full_disk_while_writing_the_record_is_one_line(tmp_path, monkeypatch, capsys, where):
+    out = tmp_path / "run"
+    if where == "metrics":
+        real_open = open
+
+        def full(path, mode="r", *args, **kwargs):
+            if str(path).endswith("metrics.jsonl") and "a" in mode:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real_open(path, mode, *args, **kwargs)
+
+        monkeypatch.setattr("builtins.open", full)
+    else:
+        real_fsync = files_module.os.fsync
+
+        def full(fd):
+            if ".summary.json.tmp" in os.readlink(f"/proc/self/fd/{fd}"):
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real_fsync(fd)
+
+        monkeypatch.setattr(files_module.os, "fsync", full)
+    assert main(["train", *FLAGS, "--epochs", "1", "--out", str(out)]) == 2
+    monkeypatch.undo()
+    one_line(capsys, "no space left on the device holding", "free some")
+    assert not [p for p in out.iterdir() if ".tmp" in p.name]
+    assert main(["train", "--resume", "--out", str(out), "--quiet"]) == 0  # and it goes on
+    assert (out / "summary.json").exists()
+
+
+# --- numbers: finite and in range before any work -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--lr", "nan"], "--lr takes a finite number, got nan"),
+        (["--smoothing", "nan"], "--smoothing takes a finite number, got nan"),
+        (["--weight-decay", "nan"], "--weight-decay takes a finite number, got nan"),
+        (["--warmup-epochs", "nan"], "--warmup-epochs takes a finite number, got nan"),
+        (["--min-lr", "nan"], "--min-lr takes a finite number, got nan"),
+        (["--weight-decay", "inf"], "--weight-decay takes a finite number, got inf"),
+        (["--seed", "-1"], "--seed must be >= 0 and <= 4294967295, got -1"),
+        (["--seed", str(2**32)], "--seed must be >= 0 and <= 4294967295, got 4294967296"),
+        (["--subset-seed", "-3"], "--subset-seed must be >= 0"),
+        (["--init", "impulse[pos_scale=inf]"], "option pos_scale of the impulse init takes a number, got 'inf'"),
+    ],
+)
+def test_a_number_out_of_range_is_one_line_before_any_directory_is_made(tmp_path, capsys, argv, message):
+    out = tmp_path / "run"
+    assert main(["train", *FLAGS, "--epochs", "1", *argv, "--out", str(out)]) == 2
+    one_line(capsys, message)
+    assert not out.exists()
+
+
+def test_compare_refuses_a_seed_out_of_range_or_listed_twice_before_any_directory(tmp_path, capsys):
+    for seeds, message in (("0,0", "--seeds lists 0 twice"), ("0,-1", "--seed must be >= 0")):
+        assert main(["compare", "--inits", "timm", "--seeds", seeds, "--out", str(tmp_path / "grid")]) == 2
+        one_line(capsys, message)
+    assert not (tmp_path / "grid").exists()
+
+
+def test_a_non_finite_init_option_is_refused_before_the_model_is_touched(make_vit):
+    model = make_vit(depth=1)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    for value, message in (
+        (float("nan"), "pos_scale must be > 0 or None, got nan"),
+        (float("inf"), "option pos_scale of the impulse init takes a finite number, got inf"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            initialize(model, "impulse", pos_scale=value, seed=0)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_an_init_that_makes_weights_non_finite_is_refused_and_nothing_is_saved(tmp_path, capsys):
+    path = tmp_path / "init.safetensors"
+    argv = ["init", "vit_digits", "--init", "impulse[pos_scale=1e41]", "--save", str(path)]
+    assert main(argv) == 2
+    one_line(capsys, "made", "not finite", "create it again")
+    assert not path.exists()
+
+
+# --- API and CLI edges ---------------------------------------------------------------------------------
+
+
+def test_initialize_on_the_meta_device_is_one_line():
+    import timm
+
+    with torch.device("meta"):
+        model = timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=4, depth=1)
+    with pytest.raises(ValueError, match=r"on the meta device.*to_empty"):
+        initialize(model, "impulse", seed=0)
+
+
+def test_init_json_into_a_missing_folder_fails_before_the_weights_are_saved(tmp_path, capsys):
+    path = tmp_path / "init.safetensors"
+    argv = ["init", "vit_digits", "--save", str(path), "--json", str(tmp_path / "missing" / "init.json")]
+    assert main(argv) == 2
+    one_line(capsys, "missing does not exist: create it first")
+    assert not path.exists()
+
+
+@pytest.mark.parametrize("command", ["attention", "rank"])
+def test_a_figure_out_that_is_a_directory_or_not_an_image_is_one_line(tmp_path, capsys, command):
+    folder = tmp_path / "figures"
+    folder.mkdir()
+    assert main([command, "vit_digits", "--out", str(folder)]) == 2
+    one_line(capsys, "is a directory: give a file name")
+    assert main([command, "vit_digits", "--out", str(tmp_path / "figure")]) == 2
+    one_line(capsys, "name a .png, .pdf, .svg file")
+    assert not list(tmp_path.glob("*.png"))
+
+
+def test_the_planted_payload_runs_code_when_unpickled(tmp_path):
+    """The tests above would notice: unpickling the payload creates its marker."""
+    pickle.loads(pickle.dumps(Planted(tmp_path / "ran")))
+    assert (tmp_path / "ran").exists()
