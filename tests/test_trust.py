@@ -146,7 +146,7 @@ def test_a_config_no_run_wrote_is_not_overwritten_and_foreign_files_stay(tmp_pat
     (out / "config.yaml").write_text("lr: 0.1\n")  # the user's own settings file
     (out / "notes.txt").write_text("keep me")
     assert main(["train", *FLAGS, "--epochs", "1", "--out", str(out)]) == 2
-    one_line(capsys, "config.yaml was not written by a structinit run")
+    one_line(capsys, "config.yaml was not written by a run of this directory")
     assert (out / "config.yaml").read_text() == "lr: 0.1\n"
     (out / "config.yaml").unlink()
     assert main(["train", *FLAGS, "--epochs", "1", "--out", str(out)]) == 0
@@ -402,6 +402,17 @@ def test_a_full_disk_while_writing_the_record_is_one_line(tmp_path, monkeypatch,
         (["--seed", str(2**32)], "--seed must be >= 0 and <= 4294967295, got 4294967296"),
         (["--subset-seed", "-3"], "--subset-seed must be >= 0"),
         (["--init", "impulse[pos_scale=inf]"], "option pos_scale of the impulse init takes a number, got 'inf'"),
+        (["--lr", "1e308"], "--lr 1e+308 does not fit in float32"),
+        (["--min-lr", "0.01"], "--min-lr 0.01 exceeds --lr 0.001: the cosine schedule would climb"),
+        (["--device", "meta"], "--device 'meta': expected auto, cpu, cuda, cuda:N or mps"),
+        (["--train-fraction", "0.5"], "give --per-class or --train-fraction, not both"),
+        (["--randaugment", "garbage"], "--randaugment takes timm's"),
+        (["--data", "imagefolder:"], "--data imagefolder needs a path"),
+        (["--data", "nonsense"], "unknown dataset 'nonsense'"),
+        (["--snapshot-epochs", "0,0,1"], "--snapshot-epochs takes distinct integers"),
+        (["--model-kwargs", "depth=1,num_classes=3"], "--model-kwargs num_classes: the data sets it"),
+        (["--model-kwargs", "depth=1,depth=2"], "--model-kwargs: depth is given twice"),
+        (["--init", "impulse[kernel_size=3,kernel_size=5]"], "kernel_size is given twice"),
     ],
 )
 def test_a_number_out_of_range_is_one_line_before_any_directory_is_made(tmp_path, capsys, argv, message):
@@ -473,3 +484,104 @@ def test_the_planted_payload_runs_code_when_unpickled(tmp_path):
     """The tests above would notice: unpickling the payload creates its marker."""
     pickle.loads(pickle.dumps(Planted(tmp_path / "ran")))
     assert (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("eval_every: 1.5", "--eval-every takes an integer, got 1.5"),
+        ("snapshot_epochs: [0.5]", "--snapshot-epochs takes distinct integers, got [0.5]"),
+        ("eval_batch_size: 100.0", "--eval-batch-size takes an integer, got 100.0"),
+        ("workers: 2.0", "--workers takes an integer, got 2.0"),
+        ("subset_seed: 0.5", "--subset-seed takes an integer, got 0.5"),
+        ("val_per_class: true", "--val-per-class takes an integer, got True"),
+        ("lr: !!python/object:os.system ls", "not valid YAML"),
+    ],
+)
+def test_a_config_file_setting_of_the_wrong_type_is_one_line_before_any_directory(tmp_path, capsys, line, message):
+    settings = tmp_path / "settings.yaml"
+    settings.write_text(line + "\n")
+    out = tmp_path / "run"
+    assert main(["train", *FLAGS, "--epochs", "1", "-c", str(settings), "--out", str(out)]) == 2
+    one_line(capsys, message)
+    assert not out.exists()
+
+
+def test_files_a_run_writes_are_never_overwritten_unless_an_unfinished_run_of_this_directory_wrote_them(
+    finished, tmp_path, capsys
+):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "init_report.json").write_text('{"mine": true}')
+    copied = tmp_path / "copied"
+    (copied / "snapshots").mkdir(parents=True)
+    (copied / "config.yaml").write_bytes((finished / "config.yaml").read_bytes())  # another run's config
+    (copied / "snapshots" / "epoch_0007.pt").write_text("mine")
+    for out, message in (
+        (mine, "holds init_report.json, which a run writes"),
+        (copied, "not written by a run of this"),
+    ):
+        before = files(out)
+        assert main(["train", *FLAGS, "--epochs", "1", "--out", str(out)]) == 2
+        one_line(capsys, message, "use another --out")
+        assert files(out) == before
+
+
+def test_compare_writes_no_results_over_files_of_a_directory_without_a_grid(tmp_path, capsys):
+    (tmp_path / "results.md").write_text("my notes")
+    assert main([*GRID, "--epochs", "1", "--out", str(tmp_path)]) == 2
+    one_line(capsys, "holds results.md but no grid's runs")
+    assert (tmp_path / "results.md").read_text() == "my notes" and not (tmp_path / "per_class_10").exists()
+
+
+def test_compare_never_takes_or_reruns_a_config_no_run_wrote(tmp_path, capsys):
+    run = tmp_path / "per_class_10" / "timm-seed0"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text("lr: 1\n")
+    (run / "init_report.json").write_text("{}")
+    before = files(run)
+    for extra in ([], ["--rerun"]):
+        assert main([*GRID, "--epochs", "1", "--out", str(tmp_path), *extra]) == 2
+        one_line(capsys, "config.yaml was not written by a run of this directory")
+    assert files(run) == before
+
+
+@pytest.mark.parametrize("change", ["no optimizer", "another shape"])
+def test_a_checkpoint_that_does_not_fit_its_run_is_one_line(finished, tmp_path, capsys, change):
+    run = copy_run(finished, tmp_path / "run")
+    state = torch.load(run / "last.pt", map_location="cpu", weights_only=True)
+    if change == "no optimizer":
+        del state["optimizer"]
+    else:
+        state["model"]["pos_embed"] = torch.zeros(1, 3, 64)
+    torch.save(state, run / "last.pt")
+    assert main(["train", "--resume", "--out", str(run), "--epochs", "3", "--quiet"]) == 2
+    one_line(capsys, "last.pt does not fit its run", "prev.pt")
+    if change == "another shape":
+        assert main(["rank", str(run), "--out", str(tmp_path / "r.png")]) == 2
+        one_line(capsys, "last.pt does not fit the model")
+
+
+@pytest.mark.parametrize("kwargs", ["depth=-1", "depth=1,num_heads=3", "depth=1,act_layer=os.system"])
+def test_a_model_timm_cannot_build_is_one_line(capsys, kwargs):
+    assert main(["init", "vit_digits", "--model-kwargs", kwargs]) == 2
+    one_line(capsys, "vit_digits cannot be built with")
+
+
+def test_grid_and_init_edges_are_one_line_and_write_nothing(tmp_path, capsys):
+    assert main(["compare", "--inits", "", "--seeds", "0", "--out", str(tmp_path / "grid")]) == 2
+    one_line(capsys, "--inits lists nothing")
+    weights = tmp_path / "w.pth"
+    assert main(["init", "vit_digits", "--save", str(weights), "--json", str(weights)]) == 2
+    one_line(capsys, "--json and --save both name")
+    assert not weights.exists() and not (tmp_path / "grid").exists()
+
+
+def test_upgrade_checkpoint_on_a_missing_or_current_file_is_one_line_and_changes_nothing(finished, tmp_path, capsys):
+    assert main(["upgrade-checkpoint", str(tmp_path / "none.pt")]) == 2
+    one_line(capsys, "no such checkpoint file")
+    run = copy_run(finished, tmp_path / "run")
+    before = (run / "last.pt").read_bytes()
+    assert main(["upgrade-checkpoint", str(run / "last.pt")]) == 2
+    one_line(capsys, "already in the current format")
+    assert (run / "last.pt").read_bytes() == before

@@ -63,8 +63,18 @@ def upgrade_checkpoint(path: Path) -> None:
     state) in the safe format. Unpickled with only numpy's array constructors allowed beside
     tensors and plain containers, so no file runs code here either."""
     path = Path(path)
+    if not path.is_file():
+        raise RunError(f"{path}: no such checkpoint file (give a run's last.pt)")
     if not zipfile.is_zipfile(path):
         raise RunError(f"{path} is damaged or not a checkpoint (not a torch.save archive): nothing to upgrade")
+    try:
+        torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError:
+        pass  # objects beyond tensors: an old checkpoint, or a foreign file (below)
+    except (RuntimeError, EOFError, OSError, ValueError) as error:
+        raise RunError(f"{path} is truncated or damaged ({first_line(error)}): nothing to upgrade") from None
+    else:
+        raise RunError(f"{path} is already in the current format: nothing to upgrade")
     try:
         with torch.serialization.safe_globals(_numpy_array_globals()):
             old = torch.load(path, map_location="cpu", weights_only=True)

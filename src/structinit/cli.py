@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .errors import first_line
 from .launch import CLUSTERS, Cluster
 from .methods import METHODS
 from .models import PRESETS
@@ -275,7 +276,7 @@ def file_values(args: argparse.Namespace) -> dict[str, Any]:
     try:
         loaded = yaml.safe_load(path.read_text())
     except yaml.YAMLError as error:
-        raise ValueError(f"--config {path}: not valid YAML ({error})") from None
+        raise ValueError(f"--config {path}: not valid YAML ({first_line(error)})") from None
     return config_values(loaded or {}, f"--config {path}")
 
 
@@ -322,6 +323,8 @@ def run_init(args: argparse.Namespace) -> int:
     check_seed(args.seed)
     if args.save:
         check_init_path(args.save)
+        if args.json and Path(args.json).absolute() == Path(args.save).absolute():
+            raise ValueError(f"--json and --save both name {args.save}: give the report another file")
     model_kwargs = parse_assignments(args.model_kwargs, "--model-kwargs")
     method, options = parse_init(args.init)
     if method == DEFAULT:
@@ -510,7 +513,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         return fail(args.command, f"this needs {error.name}: pip install 'structinit[{extra}]'")
     except KeyboardInterrupt:
-        print(f"structinit {args.command}: interrupted; finished epochs are checkpointed (--resume)", file=sys.stderr)
+        print(
+            f"structinit {args.command}: interrupted; a run's finished epochs are checkpointed: --resume goes on from "
+            "the last (a run stopped in its first epoch: run it again)",
+            file=sys.stderr,
+        )
         return 130
 
 

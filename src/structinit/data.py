@@ -341,7 +341,10 @@ def _decode_cached(files: list[Path], size: tuple[int, int], cache_dir: str | Pa
     for i, f in enumerate(bar):
         image = _open_image(f)
         if image.size != size:
-            raise ValueError(f"image {f} is {image.size[0]}x{image.size[1]}, the others {size[0]}x{size[1]}")
+            raise ValueError(
+                f"image {f} is {image.size[0]}x{image.size[1]} but {files[0]} is {size[0]}x{size[1]}: images up to "
+                f"{SMALL_IMAGE_PX} px are held in memory and must share one size; resize them"
+            )
         out[i] = torch.from_numpy(np.array(image)).permute(2, 0, 1)
     cache.parent.mkdir(parents=True, exist_ok=True)
     remove_temporaries(cache.parent, lambda name: name.startswith("images-"))

@@ -1,5 +1,7 @@
 """The error of a run that cannot go on as asked, and quoting another error in one line."""
 
+import re
+
 
 class RunError(RuntimeError):
     """A run cannot go on as asked; the message says why and what to do, in one line."""
@@ -7,4 +9,5 @@ class RunError(RuntimeError):
 
 def first_line(error: BaseException) -> str:
     """The first line of an error's message (at most 200 characters), to quote it in one line."""
-    return (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error))  # no terminal colour codes
+    return (text.strip().splitlines() or [type(error).__name__])[0][:200]

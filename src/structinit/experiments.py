@@ -29,7 +29,17 @@ import yaml
 from .data import parse_spec
 from .launch import Cluster, TrainJob, run_on_cluster
 from .provenance import ENVIRONMENT
-from .rundir import MetricsLog, RunError, RunLock, clear_run, config_hash, flag, identity, read_record
+from .rundir import (
+    MetricsLog,
+    RunError,
+    RunLock,
+    clear_run,
+    config_hash,
+    flag,
+    identity,
+    read_record,
+    written_by_a_run,
+)
 from .train import TrainConfig, read_config, train
 
 CSV_COLUMNS = [
@@ -91,9 +101,12 @@ def compare(
     and write the results."""
     out = Path(out)
     for name, values in (("--inits", inits), ("--seeds", seeds), ("--per-class", per_class)):
+        if not values:
+            raise ValueError(f"{name} lists nothing: give at least one")
         twice = sorted({str(v) for v in values if values.count(v) > 1})
         if twice:
             raise ValueError(f"{name} lists {', '.join(twice)} twice: each run of the grid once")
+    _check_grid_directory(out)
     configs = [
         dataclasses.replace(base, init=init, seed=seed, per_class=pc, out=str(run_dir(out, pc, init, seed)))
         for pc in per_class
@@ -104,6 +117,18 @@ def compare(
     rows = collect(out)
     write_results(rows, out)
     return rows
+
+
+RESULT_FILES = ("results.csv", "results.md", "curves.png", "summary.png")
+
+
+def _check_grid_directory(out: Path) -> None:
+    """Refuse to write a grid's results over files of those names in a directory that holds no grid."""
+    present = [name for name in RESULT_FILES if (out / name).exists()]
+    if present and not any(written_by_a_run(p) for p in out.glob("*/*/config.yaml")):
+        raise RunError(
+            f"{out} holds {', '.join(present)} but no grid's runs: use another --out (the files stay as they are)"
+        )
 
 
 def run_configs(
@@ -138,6 +163,8 @@ def _check_same_recipe(config: TrainConfig, rerun: bool) -> None:
     path = Path(config.out) / "config.yaml"
     if not path.exists():
         return
+    if not written_by_a_run(path, Path(config.out)):
+        raise RunError(f"{path} was not written by a run of this directory: use another --out (it stays as it is)")
     saved = identity(dataclasses.asdict(read_config(path)))
     asked = identity(dataclasses.asdict(config))
     listed = ", ".join(f"{flag(k)} {saved.get(k)!r} (now {asked[k]!r})" for k in asked if saved.get(k) != asked[k])

@@ -13,6 +13,8 @@ from timm.models.convmixer import ConvMixer
 from timm.models.mlp_mixer import MlpMixer
 from torch import nn
 
+from .errors import first_line
+
 # the paper's v1 ViT at 32 px: no class token, global average pooling, a fixed 2-D sin-cos position table
 V1 = dict(img_size=32, class_token=False, global_pool="avg", pos_embed="sincos")
 # name -> (timm architecture name or model class, keyword arguments); img_size is the preset's own
@@ -87,17 +89,17 @@ def create_model(
                 f"img_size={kwargs['img_size']} does not fit the {data_size} px images of the data: leave "
                 "img_size out (it follows in-memory data) or use data of that size"
             )
-    if callable(arch):
-        return arch(**options)
-    sincos = options.get("pos_embed") == "sincos"
+    sincos = options.get("pos_embed") == "sincos" and not callable(arch)
     if sincos:
         options["pos_embed"] = "learn"
     try:
-        model = timm.create_model(arch, **options)
+        model = arch(**options) if callable(arch) else timm.create_model(arch, **options)
     except RuntimeError as error:
         if "Unknown model" in str(error):
             raise ValueError(f"{error}; presets: {', '.join(PRESETS)}") from None
-        raise
+        raise ValueError(f"{name} cannot be built with {kwargs or 'its defaults'}: {first_line(error)}") from None
+    except (TypeError, ValueError, AssertionError, KeyError, AttributeError, ImportError) as error:
+        raise ValueError(f"{name} cannot be built with {kwargs or 'its defaults'}: {first_line(error)}") from None
     if sincos:
         _fix_sincos_position_table(model)
     return model

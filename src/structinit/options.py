@@ -43,6 +43,8 @@ def parse_assignments(text: str | None, what: str) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise ValueError(f"{what}: expected key=value, got {item!r}")
+        if key.strip() in result:
+            raise ValueError(f"{what}: {key.strip()} is given twice")
         try:
             result[key.strip()] = ast.literal_eval(value.strip())
         except (ValueError, SyntaxError):

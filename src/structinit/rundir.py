@@ -192,19 +192,30 @@ class MetricsLog:
             atomic_write_text(self.path, text, then=" and --resume")
 
 
-def written_by_a_run(path: Path) -> bool:
-    """A config.yaml that a run wrote: a mapping that ends with the run's environment record."""
+def written_by_a_run(path: Path, out: Path | None = None) -> bool:
+    """A config.yaml that a run wrote: a mapping with the run's environment record (which it writes
+    last) and, with `out`, the run of that directory (a copied one records another)."""
     try:
         values = yaml.safe_load(path.read_text())
     except (yaml.YAMLError, UnicodeDecodeError, OSError):
         return False
-    return isinstance(values, dict) and isinstance(values.get(ENVIRONMENT), dict)
+    if not isinstance(values, dict) or not isinstance(values.get(ENVIRONMENT), dict):
+        return False
+    return out is None or _same_place(values.get("out"), out)
+
+
+def _same_place(recorded: Any, out: Path) -> bool:
+    if not isinstance(recorded, str):
+        return False
+    if Path(recorded).exists() and out.exists():
+        return os.path.samefile(recorded, out)
+    return os.path.abspath(recorded) == os.path.abspath(out)
 
 
 def check_fresh(out: Path) -> None:
-    """Before a fresh run writes into `out`: refuse a directory holding a run's results or a config.yaml
-    that no run wrote. What a run of ours left that stopped before its first checkpoint (its config,
-    init report, snapshot at init, temporary files) is its unfinished work and is cleared."""
+    """Before a fresh run writes into `out`: refuse a directory holding a run's results, or files a run
+    writes that no run of this directory wrote. A run of this directory that stopped before its first
+    checkpoint left only its unfinished work (config, init report, snapshot at init), which is cleared."""
     held = [name for name in RESULTS if (out / name).exists() and (out / name).stat().st_size]
     if "last.pt" in held:
         raise RunError(f"{out} already holds a run: use --resume to continue it or another --out")
@@ -214,19 +225,35 @@ def check_fresh(out: Path) -> None:
             "use another --out (structinit never overwrites results)"
         )
     config = out / "config.yaml"
-    if config.exists() and not written_by_a_run(config):
-        raise RunError(f"{config} was not written by a structinit run: use another --out (the file stays as it is)")
-    if config.exists():
+    ours = config.exists() and written_by_a_run(config, out)
+    if config.exists() and not ours:
+        raise RunError(f"{config} was not written by a run of this directory: use another --out (it stays as it is)")
+    found = [str(p.relative_to(out)) for p in _written_by_runs(out) if p.name != "config.yaml"]
+    unfinished = {"init_report.json", "wandb_id", "metrics.jsonl", str(Path("snapshots", "epoch_0000.pt"))}
+    foreign = [name for name in found if not ours or not (name in unfinished or name.startswith("tensorboard"))]
+    if foreign:
+        raise RunError(
+            f"{out} holds {', '.join(foreign[:3])}, which a run writes and no unfinished run of this directory "
+            "did: use another --out (the files stay as they are)"
+        )
+    if ours:
         clear_run(out)
+
+
+def _written_by_runs(out: Path) -> list[Path]:
+    """The files in `out` with the names a run writes (RUN_FILES, snapshots, TensorBoard events)."""
+    found = [out / name for name in RUN_FILES if (out / name).is_file()]
+    for folder, pattern in ((out / "snapshots", SNAPSHOT), (out / "tensorboard", TENSORBOARD)):
+        if folder.is_dir():
+            found += [p for p in sorted(folder.iterdir()) if pattern.match(p.name) and p.is_file()]
+    return found
 
 
 def clear_run(out: Path) -> list[Path]:
     """Delete what a run wrote in `out` (RUN_FILES, snapshots, TensorBoard events, temporary files) and
-    nothing else; call it holding the run's lock. Returns what it deleted."""
-    removed = [out / name for name in RUN_FILES if (out / name).is_file()]
-    for folder, pattern in ((out / "snapshots", SNAPSHOT), (out / "tensorboard", TENSORBOARD)):
-        if folder.is_dir():
-            removed += [p for p in folder.iterdir() if pattern.match(p.name) and p.is_file()]
+    nothing else; call it holding the run's lock, once its config.yaml proves the run is of this
+    directory (`written_by_a_run`). Returns what it deleted."""
+    removed = _written_by_runs(out)
     for path in removed:
         path.unlink()
     removed += clear_temporaries(out)

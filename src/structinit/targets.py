@@ -10,6 +10,7 @@ from torch import nn
 
 from .checkpoint import load_checkpoint
 from .data import StreamData, TensorData, load_data
+from .errors import RunError, first_line
 from .models import is_model_name
 from .train import TrainConfig, build_model, read_config
 
@@ -36,7 +37,11 @@ def load_target(
             if not (run / "last.pt").exists():
                 raise FileNotFoundError(f"{run} has no last.pt; use --at-init for the model at initialisation")
             checkpoint = load_checkpoint(run / "last.pt")
-            model.load_state_dict(checkpoint["model"])
+            try:
+                model.load_state_dict(checkpoint["model"])
+            except (RuntimeError, TypeError) as error:
+                given = f" built for --data {data}" if data else ""
+                raise RunError(f"{run / 'last.pt'} does not fit the model{given} ({first_line(error)})") from None
             state = f"trained {checkpoint['epoch']} of {config.epochs} epochs"
         title = f"{config.model}, {config.init} init (seed {config.seed}), {state} on {config.data}"
     else:

@@ -35,9 +35,9 @@ from timm.utils import ModelEmaV3
 from torch import nn
 from tqdm.auto import tqdm
 
-from .augment import BatchAugment
+from .augment import BatchAugment, parse_randaugment
 from .checkpoint import atomic_save, load_checkpoint, rng_state, set_rng_state
-from .data import ImageError, StreamData, TensorData, fingerprint, load_data
+from .data import ImageError, StreamData, TensorData, fingerprint, load_data, parse_spec
 from .errors import first_line
 from .files import atomic_write_text
 from .loggers import Loggers, check_loggers
@@ -60,6 +60,7 @@ from .rundir import (
     resume_changes,
 )
 
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 # steps between checks that the losses are finite (each check waits for the device)
 FINITE_CHECK_STEPS = 50
 # (low, high, low excluded, high excluded) of every numeric setting; high None: unbounded
@@ -138,8 +139,17 @@ class TrainConfig:
     preset: str | None = None
 
     def __post_init__(self) -> None:
-        """Bad values fail here, in flag terms, before any data is loaded."""
+        """Bad values fail here, in flag terms, before any data is loaded or any directory is made."""
         parse_init(self.init)
+        parse_spec(self.data)
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if (
+                f.type in ("int", "int | None")
+                and value is not None
+                and (isinstance(value, bool) or not isinstance(value, int))
+            ):
+                raise ValueError(f"{flag(f.name)} takes an integer, got {value!r}")
         for name, (low, high, low_open, high_open) in LIMITS.items():
             value = getattr(self, name)
             if value is None:
@@ -148,6 +158,8 @@ class TrainConfig:
                 raise ValueError(f"{flag(name)} takes a number, got {value!r}")
             if not math.isfinite(value):
                 raise ValueError(f"{flag(name)} takes a finite number, got {value}")
+            if abs(value) > FLOAT32_MAX and name not in ("seed", "subset_seed"):
+                raise ValueError(f"{flag(name)} {value} does not fit in float32, which the run computes in")
             below = value <= low if low_open else value < low
             above = high is not None and (value >= high if high_open else value > high)
             if below or above:
@@ -159,8 +171,20 @@ class TrainConfig:
             raise ValueError(f"--amp must be auto, bf16, fp16 or none, got {self.amp!r}")
         check_loggers(self.log)
         check_model_kwargs(self.model_kwargs)
-        if any(not 0 <= e <= self.epochs for e in self.snapshot_epochs):
-            raise ValueError(f"--snapshot-epochs must lie in 0..{self.epochs}, got {self.snapshot_epochs}")
+        from_data = sorted({"num_classes", "in_chans"} & set(self.model_kwargs))
+        if from_data:
+            raise ValueError(f"--model-kwargs {', '.join(from_data)}: the data sets it (its classes and channels)")
+        epochs = self.snapshot_epochs
+        if any(isinstance(e, bool) or not isinstance(e, int) for e in epochs) or len(set(epochs)) < len(epochs):
+            raise ValueError(f"--snapshot-epochs takes distinct integers, got {epochs}")
+        if any(not 0 <= e <= self.epochs for e in epochs):
+            raise ValueError(f"--snapshot-epochs must lie in 0..{self.epochs}, got {epochs}")
+        if self.min_lr > self.lr:
+            raise ValueError(f"--min-lr {self.min_lr} exceeds --lr {self.lr}: the cosine schedule would climb")
+        if self.per_class is not None and self.train_fraction is not None:
+            raise ValueError("give --per-class or --train-fraction, not both")
+        if self.randaugment:
+            parse_randaugment(self.randaugment)
 
     @property
     def eval_split(self) -> str:
@@ -268,6 +292,8 @@ def resolve_device(name: str, local_rank: int) -> torch.device:
             device = torch.device(name)
         except RuntimeError:
             raise ValueError(f"--device {name!r}: expected auto, cpu, cuda, cuda:N or mps") from None
+        if device.type not in ("cpu", "cuda", "mps"):
+            raise ValueError(f"--device {name!r}: expected auto, cpu, cuda, cuda:N or mps")
         if device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"--device {name}: PyTorch sees no CUDA GPU here; use --device cpu (or auto)")
         if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
@@ -318,6 +344,8 @@ def train(config: TrainConfig) -> dict[str, Any]:
     device = resolve_device(config.device, int(os.environ.get("LOCAL_RANK", "0")))
     world = setup_distributed(device)
     try:
+        if Path(config.out).exists() and not Path(config.out).is_dir():
+            raise ValueError(f"--out {config.out} is a file: give a directory for the run")
         if config.resume and not any((Path(config.out) / f).exists() for f in ("config.yaml", "last.pt")):
             raise FileNotFoundError(f"--resume: there is no run in {config.out}")
         with RunLock(Path(config.out)) if world.main else contextlib.nullcontext():
@@ -419,6 +447,12 @@ class Run:
         saved = TrainConfig(**{**config_values(checkpoint["config"], "last.pt"), "resume": True})
         changes = resume_changes(dataclasses.asdict(saved), dataclasses.asdict(config), done)
         if changes and done >= self.last_epoch:
+            if "epochs" in changes:
+                raise RunError(
+                    f"--epochs {config.epochs}: {self.out} has done {done} epochs of a {saved.epochs}-epoch schedule, "
+                    "and a run cannot be declared finished on a schedule it did not follow: use its last.pt as it "
+                    "is, or train on"
+                )
             listed = ", ".join(f"{flag(k)} {v[1]!r}" for k, v in changes.items())
             raise RunError(
                 f"{self.out} has done {done} of its epochs, so {listed} would change nothing and nothing was "
@@ -531,13 +565,19 @@ class Run:
                     f"the data of {self.out} ({self.config.data}) changed since its checkpoint (images added, "
                     "removed or replaced): resume it on the data it trained on, or start a new run"
                 )
-            self.model.load_state_dict(checkpoint["model"])
-            self.optimizer.load_state_dict(checkpoint["optimizer"])
-            if self.ema is not None:
-                self.ema.load_state_dict(checkpoint["ema"])
-            if self.scaler is not None and checkpoint.get("scaler"):
-                self.scaler.load_state_dict(checkpoint["scaler"])
-            set_rng_state(checkpoint["rng"])
+            try:
+                self.model.load_state_dict(checkpoint["model"])
+                self.optimizer.load_state_dict(checkpoint["optimizer"])
+                if self.ema is not None:
+                    self.ema.load_state_dict(checkpoint["ema"])
+                if self.scaler is not None and checkpoint.get("scaler"):
+                    self.scaler.load_state_dict(checkpoint["scaler"])
+                set_rng_state(checkpoint["rng"])
+            except (KeyError, RuntimeError, ValueError, TypeError) as error:
+                raise RunError(
+                    f"{self.checkpoint_path} does not fit its run ({first_line(error)}): it was changed, or is "
+                    "another run's; prev.pt, if present, holds the epoch before"
+                ) from None
             start = checkpoint["epoch"]
         elif self.world.main:
             atomic_write_text(self.out / "init_report.json", json.dumps(self.init_report.to_dict(), indent=2))
