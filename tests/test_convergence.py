@@ -44,7 +44,7 @@ def test_validation_split_is_stratified_disjoint_and_deterministic():
     "per_class,val,message",
     [
         (None, 0, "--val-per-class must be >= 1"),
-        (100, 100, "class 0 has 142 training images, too few for 100 training and 100 validation"),
+        (100, 100, "class '0' has 142 training images, too few for 100 training and 100 validation"),
         (None, 142, "too few for 1 training and 142 validation images"),
     ],
 )

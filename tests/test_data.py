@@ -35,7 +35,7 @@ def test_per_class_subsets_are_stratified_and_deterministic():
     "kwargs,message",
     [
         (dict(per_class=0), "--per-class must be >= 1"),
-        (dict(per_class=500), "class 0 has only"),
+        (dict(per_class=500), "class '0' has only"),
         (dict(train_fraction=1.5), r"--train-fraction must be in \(0, 1\]"),
         (dict(per_class=5, train_fraction=0.5), "not both"),
     ],

@@ -114,7 +114,9 @@ def load_data(
         data = _torchvision_stream(name, Path(root), download)
     if len(torch.unique(data.train_labels)) < 2:
         raise ValueError(f"--data {spec}: one class ({', '.join(data.classes)}); a classifier needs two or more")
-    keep, val = stratified_split(data.train_labels, per_class, train_fraction, val_per_class, subset_seed)
+    keep, val = stratified_split(
+        data.train_labels, per_class, train_fraction, val_per_class, subset_seed, list(data.classes)
+    )
     if isinstance(data, TensorData):
         if val is not None:
             data.val_images, data.val_labels = data.train_images[val], data.train_labels[val]
@@ -138,7 +140,12 @@ def stratified_subset(
 
 
 def stratified_split(
-    labels: torch.Tensor, per_class: int | None, fraction: float | None, val_per_class: int | None, seed: int
+    labels: torch.Tensor,
+    per_class: int | None,
+    fraction: float | None,
+    val_per_class: int | None,
+    seed: int,
+    classes: list[str] | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """(training indices, validation indices), both stratified and deterministic (seed and labels).
 
@@ -146,7 +153,7 @@ def stratified_split(
     images, `fraction` of the class, or all but the validation images), the validation split its last
     `val_per_class` images. So a training subset is the same with or without a validation split, and
     with a subset smaller than the class the validation images are ones it does not use.
-    None for a part that is not asked for (training: the whole set)."""
+    None for a part that is not asked for (training: the whole set). `classes` names them in errors."""
     if per_class is not None and fraction is not None:
         raise ValueError("give --per-class or --train-fraction, not both")
     if per_class is not None and per_class < 1:
@@ -160,6 +167,7 @@ def stratified_split(
     generator = torch.Generator().manual_seed(seed)
     train, val = [], []
     for cls in torch.unique(labels).tolist():
+        name = repr(classes[cls]) if classes is not None and cls < len(classes) else cls
         members = torch.nonzero(labels == cls).flatten()
         n, held = len(members), val_per_class or 0
         if per_class is not None:
@@ -169,10 +177,10 @@ def stratified_split(
         else:
             count = n - held
         if count > n:
-            raise ValueError(f"--per-class {per_class}: class {cls} has only {n} training images")
+            raise ValueError(f"--per-class {per_class}: class {name} has only {n} training images")
         if count < 1 or count + held > n:
             raise ValueError(
-                f"--val-per-class {val_per_class}: class {cls} has {n} training images, too few for "
+                f"--val-per-class {val_per_class}: class {name} has {n} training images, too few for "
                 f"{max(count, 1)} training and {held} validation images"
             )
         order = members[torch.randperm(n, generator=generator)]
