@@ -8,6 +8,7 @@ import os
 import pickle
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -496,6 +497,11 @@ def test_the_planted_payload_runs_code_when_unpickled(tmp_path):
         ("subset_seed: 0.5", "--subset-seed takes an integer, got 0.5"),
         ("val_per_class: true", "--val-per-class takes an integer, got True"),
         ("lr: !!python/object:os.system ls", "not valid YAML"),
+        ("flip: 'false'", "--flip takes true or false, got 'false'"),
+        ("init: 5", "--init takes text, got 5"),
+        ("data: [1, 2]", "--data takes text, got [1, 2]"),
+        ("log: tensorboard", "--log takes a list of names, got 'tensorboard'"),
+        ("epochs: 1\nepochs: 2", "epochs given twice"),
     ],
 )
 def test_a_config_file_setting_of_the_wrong_type_is_one_line_before_any_directory(tmp_path, capsys, line, message):
@@ -585,3 +591,54 @@ def test_upgrade_checkpoint_on_a_missing_or_current_file_is_one_line_and_changes
     assert main(["upgrade-checkpoint", str(run / "last.pt")]) == 2
     one_line(capsys, "already in the current format")
     assert (run / "last.pt").read_bytes() == before
+
+
+def test_a_file_link_that_puts_an_image_in_two_classes_is_refused(tmp_path):
+    root = make_imagefolder(tmp_path / "data", 8)
+    (root / "train" / "dog" / "stolen.png").symlink_to(root / "train" / "cat" / "0.png")
+    with pytest.raises(ValueError, match=r"dog/stolen.png leads to .*cat/0.png again"):
+        load_data(f"imagefolder:{root}")
+
+
+def test_a_resume_records_where_and_how_far_it_goes_with_its_first_checkpoint(tmp_path):
+    run = tmp_path / "run"
+    train(TrainConfig(**FAST, epochs=3, stop_after=1, out=str(run)))
+    train(resume_config(run, workers=0, stop_after=2))
+    recorded = read_config(run / "config.yaml")
+    assert (recorded.workers, recorded.stop_after) == (0, 2)
+    train(resume_config(run))
+    assert read_config(run / "config.yaml").stop_after is None
+
+
+def test_snapshots_a_resume_cannot_keep_are_refused_and_a_file_in_their_place_is_named(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", *FLAGS, "--epochs", "3", "--stop-after", "1", "--out", str(run)]) == 0
+    before = files(run)
+    assert main(["train", "--resume", "--out", str(run), "--snapshot-epochs", "0,3", "--quiet"]) == 2
+    one_line(capsys, "--snapshot-epochs 0: the run is past them")
+    (run / "snapshots").write_text("mine")
+    assert main(["train", "--resume", "--out", str(run), "--snapshot-epochs", "3", "--quiet"]) == 2
+    one_line(capsys, "snapshots is a file, where the run keeps its snapshots: move it away")
+    assert files(run) == {**before, "snapshots": b"mine"}
+
+
+def test_a_fresh_run_that_cannot_start_leaves_no_directory(tmp_path, capsys):
+    out = tmp_path / "a" / "b"
+    for kwargs in ("depth=1,num_heads=3", "depth=0"):  # unbuildable; built, but nothing to initialise
+        assert main(["train", *FLAGS[:2], "--model-kwargs", kwargs, "--epochs", "1", "--out", str(out)]) == 2
+        capsys.readouterr()
+        assert not (tmp_path / "a").exists()
+    assert main(["train", *FLAGS[:2], "--model-kwargs", "depth=1,num_heads=3", "--out", str(out)]) == 2
+    one_line(capsys, "cannot be built with")
+
+
+def test_sigterm_is_an_interrupt_that_leaves_no_temporary_file(tmp_path):
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "structinit", "train", *FLAGS, "--epochs", "50", "--out", str(out)]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    while process.poll() is None and not (out / "last.pt").exists():
+        time.sleep(0.05)
+    process.terminate()
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130 and "interrupted; finished epochs are checkpointed" in err
+    assert not [p for p in out.iterdir() if ".tmp" in p.name]

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ from .launch import CLUSTERS, Cluster
 from .methods import METHODS
 from .models import PRESETS
 from .options import DEFAULT, KERNEL_SIZE, VARIANTS, parse_assignments, parse_init, split_top_level
-from .rundir import flag
+from .rundir import flag, load_yaml
 
 # `train --filters`, for ConvMixer: the init label each choice stands for
 FILTERS = {
@@ -274,7 +276,7 @@ def file_values(args: argparse.Namespace) -> dict[str, Any]:
     if not path.is_file():
         raise ValueError(f"--config {path}: no such file")
     try:
-        loaded = yaml.safe_load(path.read_text())
+        loaded = load_yaml(path.read_text())
     except yaml.YAMLError as error:
         raise ValueError(f"--config {path}: not valid YAML ({first_line(error)})") from None
     return config_values(loaded or {}, f"--config {path}")
@@ -500,6 +502,8 @@ def main(argv: list[str] | None = None) -> int:
     from .rundir import RunError
 
     args = build_parser().parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)  # kill: cleaned up and reported as Ctrl-C is
     try:
         return COMMANDS[args.command](args)
     except (ValueError, TypeError, RunError) as error:
@@ -513,12 +517,17 @@ def main(argv: list[str] | None = None) -> int:
             raise
         return fail(args.command, f"this needs {error.name}: pip install 'structinit[{extra}]'")
     except KeyboardInterrupt:
-        print(
-            f"structinit {args.command}: interrupted; a run's finished epochs are checkpointed: --resume goes on from "
-            "the last (a run stopped in its first epoch: run it again)",
-            file=sys.stderr,
+        again = (
+            "run the same command again: finished runs are skipped, interrupted ones resume"
+            if args.command in ("compare", "demo")
+            else "--resume goes on from the last (a run stopped in its first epoch: run it again)"
         )
+        print(f"structinit {args.command}: interrupted; finished epochs are checkpointed: {again}", file=sys.stderr)
         return 130
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def fail(command: str, message: str) -> int:

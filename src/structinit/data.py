@@ -237,26 +237,33 @@ def _list_images(split: Path, classes: list[str] | None = None) -> tuple[list[Pa
 
 
 def _images_in(folder: Path, walked: dict[str, Path] | None = None) -> list[Path]:
-    """The images under `folder`, sorted. `walked` (real path -> the path it was reached by) is shared
-    by the folders of a split, so that a link back up, or to another class, is found."""
+    """The images under `folder`, sorted. `walked` (real path of every folder and image -> the path it
+    was reached by) is shared by the folders of a split, so that a link back up, to another class, or
+    to an image listed already, is found."""
     walked = {} if walked is None else walked
     images, stack = [], [folder]
     while stack:
         current = stack.pop()
         real = os.path.realpath(current)
-        if real in walked:
-            raise ValueError(
-                f"{current} leads to {walked[real]} again (a link loop, or a second path to the same folder): "
-                "remove the link, so that every image belongs to one class once"
-            )
-        walked[real] = current
+        _once(walked, real, current)
         with os.scandir(current) as entries:
             for entry in entries:
                 if entry.is_dir():
                     stack.append(Path(entry.path))
                 elif Path(entry.name).suffix.lower() in IMAGE_SUFFIXES:
+                    target = os.path.realpath(entry.path) if entry.is_symlink() else os.path.join(real, entry.name)
+                    _once(walked, target, Path(entry.path))
                     images.append(Path(entry.path))
     return sorted(images)
+
+
+def _once(walked: dict[str, Path], real: str, path: Path) -> None:
+    if real in walked:
+        raise ValueError(
+            f"{path} leads to {walked[real]} again (a link loop, or a second path to the same folder or image): "
+            "remove the link, so that every image belongs to one class once"
+        )
+    walked[real] = path
 
 
 def _check_classes(train: Path, test: Path, classes: list[str], train_labels: list[int], test_labels: list[int]):

@@ -192,6 +192,22 @@ class MetricsLog:
             atomic_write_text(self.path, text, then=" and --resume")
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load, refusing a key given twice in one mapping (PyYAML keeps the last silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        keys = [self.construct_object(key, deep=deep) for key, _ in node.value]
+        twice = sorted({str(k) for k in keys if keys.count(k) > 1})
+        if twice:
+            raise yaml.constructor.ConstructorError(None, None, f"{', '.join(twice)} given twice", node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(text: str) -> Any:
+    """Settings from YAML text: safe (no Python objects) and with every key once."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no Python objects
+
+
 def written_by_a_run(path: Path, out: Path | None = None) -> bool:
     """A config.yaml that a run wrote: a mapping with the run's environment record (which it writes
     last) and, with `out`, the run of that directory (a copied one records another)."""

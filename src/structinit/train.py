@@ -53,9 +53,11 @@ from .rundir import (
     RunLock,
     check_fresh,
     checkpoint_lines,
+    clear_run,
     clear_temporaries,
     flag,
     identity,
+    load_yaml,
     read_record,
     resume_changes,
 )
@@ -140,16 +142,10 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         """Bad values fail here, in flag terms, before any data is loaded or any directory is made."""
+        for f in dataclasses.fields(self):
+            check_type(f.name, f.type, getattr(self, f.name))
         parse_init(self.init)
         parse_spec(self.data)
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if (
-                f.type in ("int", "int | None")
-                and value is not None
-                and (isinstance(value, bool) or not isinstance(value, int))
-            ):
-                raise ValueError(f"{flag(f.name)} takes an integer, got {value!r}")
         for name, (low, high, low_open, high_open) in LIMITS.items():
             value = getattr(self, name)
             if value is None:
@@ -205,6 +201,31 @@ class TrainConfig:
         return cls(preset=preset, **values)
 
 
+# a setting's declared type -> (the Python types it takes, its name in messages)
+SETTING_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "int": ((int,), "an integer"),
+    "float": ((int, float), "a number"),
+    "bool": ((bool,), "true or false"),
+    "str": ((str,), "text"),
+    "dict[str, Any]": ((dict,), "a mapping of keywords"),
+    "list[int]": ((list, tuple), "a list of integers"),
+    "list[str]": ((list, tuple), "a list of names"),
+}
+
+
+def check_type(name: str, declared: str, value: Any) -> None:
+    """A setting's value is of its declared type (None where the type allows it): a YAML file can hold
+    'false' for a flag or 1.5 for a count, which would otherwise act as something else."""
+    base, _, optional = declared.partition(" | ")
+    if value is None and optional == "None":
+        return
+    kinds, what = SETTING_TYPES[base]
+    if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
+        raise ValueError(f"{flag(name)} takes {what}, got {value!r}")
+    if base == "list[str]" and not all(isinstance(item, str) for item in value):
+        raise ValueError(f"{flag(name)} takes {what}, got {value!r}")
+
+
 def config_values(values: Any, source: str) -> dict[str, Any]:
     """The settings in a config.yaml (or a checkpoint's copy), ready for TrainConfig: the environment
     record is left out, older versions' `init_kwargs` and `kernel_size` are folded into the init label,
@@ -239,7 +260,7 @@ def read_config(path: str | Path) -> TrainConfig:
     if not text.endswith("\n"):  # a run writes it whole, ending with a newline
         raise RunError(f"{path} is truncated: {fix}")
     try:
-        values = yaml.safe_load(text)
+        values = load_yaml(text)
     except yaml.YAMLError as error:
         raise RunError(f"{path} is damaged (not valid YAML: {first_line(error)}): {fix}") from None
     try:
@@ -348,11 +369,31 @@ def train(config: TrainConfig) -> dict[str, Any]:
             raise ValueError(f"--out {config.out} is a file: give a directory for the run")
         if config.resume and not any((Path(config.out) / f).exists() for f in ("config.yaml", "last.pt")):
             raise FileNotFoundError(f"--resume: there is no run in {config.out}")
-        with RunLock(Path(config.out)) if world.main else contextlib.nullcontext():
-            return Run(config, device, world).run()
+        out = Path(config.out)
+        made = [p for p in (out, *out.parents) if not p.exists()]  # the folders this run makes, deepest first
+        try:
+            with RunLock(out) if world.main else contextlib.nullcontext():
+                return Run(config, device, world).run()
+        except Exception:
+            if made and world.main and not config.resume:
+                remove_unstarted(made)
+            raise
     finally:
         if world.world > 1 and dist.is_initialized():
             dist.destroy_process_group()
+
+
+def remove_unstarted(made: list[Path]) -> None:
+    """Remove the folders (`made`, deepest first) a fresh run made if it failed before its first
+    checkpoint (an unbuildable model, bad data): they hold only that run's config, init report and lock."""
+    out = made[0]
+    if (out / "last.pt").exists():
+        return
+    clear_run(out)
+    (out / ".lock").unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        for folder in made:
+            folder.rmdir()  # not if anything else is there
 
 
 def resume_config(out: str | Path, **changes: Any) -> TrainConfig:
@@ -425,6 +466,13 @@ class Run:
         others) to write with its first new checkpoint."""
         config = self.config
         env = environment(self.device, resolve_amp(config.amp, self.device), self.world.world)
+        folders = [
+            name
+            for name, used in (("snapshots", config.snapshot_epochs), ("tensorboard", "tensorboard" in config.log))
+            if used and (self.out / name).exists() and not (self.out / name).is_dir()
+        ]
+        if folders:
+            raise RunError(f"{self.out / folders[0]} is a file, where the run keeps its {folders[0]}: move it away")
         if not config.resume:
             if self.world.main:
                 check_fresh(self.out)
@@ -458,6 +506,12 @@ class Run:
                 f"{self.out} has done {done} of its epochs, so {listed} would change nothing and nothing was "
                 "written: add --epochs N to train longer"
             )
+        past = [e for e in config.snapshot_epochs if e <= done and not snapshot_path(self.out, e).exists()]
+        if past and "snapshot_epochs" in changes:
+            raise RunError(
+                f"--snapshot-epochs {','.join(map(str, past))}: the run is past them (it has done {done} epochs) "
+                "and did not keep them: list only later epochs"
+            )
         self.checkpointed = done
         if self.world.main:
             clear_temporaries(self.out)
@@ -467,7 +521,7 @@ class Run:
                 self.pending.append({"event": "resume", "after_epoch": done, "changed": changes})
             if env != before:  # resumed elsewhere: config.yaml says where it goes on, the log where it was
                 self.pending.append({"event": "environment", "after_epoch": done, ENVIRONMENT: env})
-            self.rewrite_config = bool(changes) or env != before
+            self.rewrite_config = True  # with the first checkpoint, if what it says differs (written_config)
             self.env = env
         return checkpoint
 
@@ -747,7 +801,7 @@ class Run:
             atomic_save(state, self.checkpoint_path, keep_previous=True)
             if self.rewrite_config:
                 (self.out / "summary.json").unlink(missing_ok=True)  # the run goes on past it
-                _write_config(self.out, {**dataclasses.asdict(self.config), "resume": False}, self.env)
+                _write_config(self.out, {**dataclasses.asdict(self.config), "resume": False}, self.env, if_changed=True)
             self.log.append(*lines)
             self.pending, self.rewrite_config = [], False
             self.loggers.log(metrics)
@@ -826,17 +880,25 @@ def prefer_math_attention(model: nn.Module, device: torch.device, amp_dtype: tor
                 module.fused_attn = False
 
 
-def _write_config(out: Path, values: dict[str, Any], env: dict[str, Any]) -> None:
-    """The settings as asked (read back with read_config), then where they ran."""
-    atomic_write_text(out / "config.yaml", yaml.safe_dump({**values, ENVIRONMENT: env}, sort_keys=False))
+def _write_config(out: Path, values: dict[str, Any], env: dict[str, Any], if_changed: bool = False) -> None:
+    """The settings as asked (read back with read_config), then where they ran (`if_changed`: only if
+    the file says otherwise)."""
+    text = yaml.safe_dump({**values, ENVIRONMENT: env}, sort_keys=False)
+    path = out / "config.yaml"
+    if not (if_changed and path.exists() and path.read_text() == text):
+        atomic_write_text(path, text)
+
+
+def snapshot_path(out: Path, epoch: int) -> Path:
+    return out / "snapshots" / f"epoch_{epoch:04d}.pt"
 
 
 def save_snapshot(model: nn.Module, out: Path, epoch: int) -> None:
     """The model's weights after `epoch` (0: at init) in OUT/snapshots, for measuring how what the
     init put in changes along training (benchmarks/bench_mechanism.py --part training)."""
-    folder = out / "snapshots"
-    folder.mkdir(exist_ok=True)
-    atomic_save(model.state_dict(), folder / f"epoch_{epoch:04d}.pt")
+    path = snapshot_path(out, epoch)
+    path.parent.mkdir(exist_ok=True)
+    atomic_save(model.state_dict(), path)
 
 
 def normalise_for(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
