@@ -374,8 +374,8 @@ def train(config: TrainConfig) -> dict[str, Any]:
         try:
             with RunLock(out) if world.main else contextlib.nullcontext():
                 return Run(config, device, world).run()
-        except Exception:
-            if made and world.main and not config.resume:
+        except Exception as error:
+            if made and world.main and not config.resume and not isinstance(error, TrainingDiverged):
                 remove_unstarted(made)
             raise
     finally:
