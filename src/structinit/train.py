@@ -521,7 +521,7 @@ class Run:
                 self.pending.append({"event": "resume", "after_epoch": done, "changed": changes})
             if env != before:  # resumed elsewhere: config.yaml says where it goes on, the log where it was
                 self.pending.append({"event": "environment", "after_epoch": done, ENVIRONMENT: env})
-            self.rewrite_config = True  # with the first checkpoint, if what it says differs (written_config)
+            self.rewrite_config = True  # with the first checkpoint, where the file says otherwise
             self.env = env
         return checkpoint
 
