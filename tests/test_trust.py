@@ -2,6 +2,7 @@
 write, one writer per run, no file runs code, data read one way, damaged files named in one line,
 no temporary file left behind, numbers checked before any work. Tiny runs on the digits."""
 
+import dataclasses
 import errno
 import json
 import os
@@ -21,9 +22,10 @@ from conftest import make_imagefolder
 from structinit import files as files_module
 from structinit.cli import main
 from structinit.data import load_data
-from structinit.experiments import compare
+from structinit.errors import RunError
+from structinit.experiments import collect, compare
 from structinit.methods import initialize
-from structinit.rundir import MetricsLog, RunLock, identity
+from structinit.rundir import MetricsLog, RunLock, clear_run, identity
 from structinit.train import TrainConfig, read_config, resume_config, train
 
 FAST = dict(data="digits", per_class=20, model="vit_digits", model_kwargs={"depth": 2}, batch_size=50, quiet=True)
@@ -125,6 +127,37 @@ def test_a_resume_change_is_recorded_with_its_first_checkpoint_and_a_crash_befor
     assert json.loads((run / "summary.json").read_text())["epochs_done"] == 3
 
 
+def test_a_resume_of_a_hard_linked_copy_leaves_the_original_as_it_was(finished, tmp_path):
+    original = copy_run(finished, tmp_path / "original")
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-al", str(original), str(copy)], check=True)  # the copy shares every file
+    before = files(original)
+    train(resume_config(copy, epochs=3))
+    assert files(original) == before
+    assert [r["epoch"] for r in MetricsLog(copy).epochs()] == [1, 2, 3]
+
+
+def test_a_stop_after_the_run_is_past_is_refused_and_writes_nothing(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", *FLAGS, "--epochs", "3", "--stop-after", "2", "--out", str(run)]) == 0
+    before = files(run)
+    assert main(["train", "--out", str(run), "--resume", "--stop-after", "1", "--quiet"]) == 2
+    one_line(capsys, "--stop-after 1:", "has already done 2 epochs, so it would train nothing")
+    assert files(run) == before
+
+
+def test_a_summary_the_run_did_not_write_is_refused_and_the_runs_own_stale_one_is_replaced(finished, tmp_path, capsys):
+    run = copy_run(finished, tmp_path / "run")
+    mine = json.dumps({"finished": True, "epochs_done": 2, "test_top1": 99.0})
+    (run / "summary.json").write_text(mine)  # the user's, over the run's
+    assert main(["train", "--out", str(run), "--resume", "--epochs", "3", "--quiet"]) == 2
+    one_line(capsys, "summary.json is not this run's", "move it away")
+    assert (run / "summary.json").read_text() == mine
+    own = copy_run(finished, tmp_path / "own")
+    train(resume_config(own, epochs=3))  # its own summary of 2 epochs goes; one of 3 is written
+    assert json.loads((own / "summary.json").read_text())["epochs_done"] == 3
+
+
 # --- nothing deleted that the tool did not write ----------------------------------------------------
 
 
@@ -185,6 +218,49 @@ def test_rerun_deletes_only_the_runs_own_files_and_never_a_run_in_use(tmp_path, 
     capsys.readouterr()
     assert (run / "notes.txt").read_text() == "keep me"
     assert read_config(run / "config.yaml").epochs == 2
+
+
+def test_rerun_and_a_fresh_start_delete_only_the_snapshots_and_events_the_run_kept(tmp_path, capsys):
+    base = TrainConfig(**{**FAST, "per_class": None}, epochs=1)
+    compare(base, ["timm"], [0], [10], tmp_path)
+    run = tmp_path / "per_class_10" / "timm-seed0"
+    (run / "snapshots").mkdir()
+    (run / "snapshots" / "epoch_0005.pt").write_bytes(b"the user's")
+    (run / "tensorboard").mkdir()
+    (run / "tensorboard" / "events.out.tfevents.1.host").write_bytes(b"the user's")
+    before = files(run)
+    assert main([*GRID, "--epochs", "2", "--out", str(tmp_path), "--rerun"]) == 2
+    one_line(capsys, "snapshots/epoch_0005.pt", "which a run writes and no unfinished run of this directory did")
+    assert files(run) == before  # nothing deleted: the run's own results stay too
+    out = tmp_path / "unfinished"
+    (out / "tensorboard").mkdir(parents=True)
+    (out / "tensorboard" / "events.out.tfevents.2.host").write_bytes(b"the user's")
+    with pytest.raises(RunError, match=r"tensorboard/events\.out\.tfevents\.2\.host, which a run writes"):
+        train(TrainConfig(**FAST, epochs=1, out=str(out)))
+
+
+def test_kept_snapshots_are_the_runs_own_even_after_a_resume_changed_which(tmp_path):
+    run = tmp_path / "run"
+    train(TrainConfig(**FAST, epochs=2, stop_after=1, snapshot_epochs=[1], out=str(run)))
+    train(resume_config(run, snapshot_epochs=[2]))
+    assert sorted(p.name for p in (run / "snapshots").iterdir()) == ["epoch_0001.pt", "epoch_0002.pt"]
+    removed = clear_run(run)
+    assert {p.name for p in removed} >= {"epoch_0001.pt", "epoch_0002.pt", "last.pt", "config.yaml"}
+    assert not run.exists() or not any(p.name != ".lock" for p in run.iterdir())
+
+
+def test_a_run_a_resume_trained_partly_at_another_learning_rate_is_of_another_recipe(tmp_path):
+    base = TrainConfig(**{**FAST, "per_class": None}, epochs=3)
+    compare(dataclasses.replace(base, stop_after=1), ["timm"], [0], [10], tmp_path)
+    run = tmp_path / "per_class_10" / "timm-seed0"
+    train(resume_config(run, lr=0.5, stop_after=2))
+    train(resume_config(run, lr=base.lr))  # set back: config.yaml says the grid's lr again
+    assert read_config(run / "config.yaml").lr == base.lr
+    compare(base, ["timm"], [1], [10], tmp_path)
+    with pytest.raises(RunError, match=r"resumes that changed --lr 0\.001 -> 0\.5 after epoch 1"):
+        compare(base, ["timm"], [0, 1], [10], tmp_path)
+    recipes = {row["seed"]: row["recipe"] for row in collect(tmp_path)}
+    assert recipes[0] != recipes[1]  # never averaged with the runs trained as they say
 
 
 # --- no file runs code ------------------------------------------------------------------------------

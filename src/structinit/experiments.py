@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
 from .data import parse_spec
 from .launch import Cluster, TrainJob, run_on_cluster
@@ -37,6 +36,7 @@ from .rundir import (
     config_hash,
     flag,
     identity,
+    load_yaml,
     read_record,
     written_by_a_run,
 )
@@ -170,6 +170,9 @@ def _check_same_recipe(config: TrainConfig, rerun: bool) -> None:
     listed = ", ".join(f"{flag(k)} {saved.get(k)!r} (now {asked[k]!r})" for k in asked if saved.get(k) != asked[k])
     if not listed:
         listed = _changed_init_options(config)
+    resumes = MetricsLog(Path(config.out)).training_changes() if not listed else []
+    if resumes:
+        listed = "resumes that changed " + ", ".join(resumes)
     if not listed:
         return
     if rerun:
@@ -295,7 +298,7 @@ def collect(out: Path) -> list[dict[str, Any]]:
         summary = read_record(summary_path, SUMMARY_FIX)
         resolved = read_config(path / "config.yaml")
         config = json.loads(json.dumps(dataclasses.asdict(resolved)))
-        ran = yaml.safe_load((path / "config.yaml").read_text()).get(ENVIRONMENT, {})
+        ran = load_yaml((path / "config.yaml").read_text()).get(ENVIRONMENT, {})
         split = resolved.eval_split
         curve = MetricsLog(path).epochs()
         top1_curve = [(m["epoch"], m[f"{split}_top1"]) for m in curve if f"{split}_top1" in m]
@@ -317,7 +320,7 @@ def collect(out: Path) -> list[dict[str, Any]]:
                 "wall_secs": round(curve[-1]["time"] - curve[0]["time"] + curve[0]["epoch_seconds"], 1),
                 "train_loss": round(curve[-1]["train_loss"], 4),
                 "steps": curve[-1].get("step", ""),
-                "recipe": config_hash(dataclasses.asdict(resolved), leave_out=NOT_RECIPE),
+                "recipe": _recipe(resolved, path),
                 "device": ran.get("device_name", ""),
                 "precision": ran.get("amp_dtype", ""),
                 "curve": top1_curve,
@@ -326,6 +329,14 @@ def collect(out: Path) -> list[dict[str, Any]]:
         )
     time_to_accuracy(rows)
     return rows
+
+
+def _recipe(config: TrainConfig, run: Path) -> str:
+    """The hash of how the run trained: its settings but the grid's (NOT_RECIPE), and what resumes
+    changed of its training, so that it is never averaged with runs trained throughout as it says."""
+    values = dataclasses.asdict(config)
+    changes = MetricsLog(run).training_changes()
+    return config_hash({**values, "resumes": changes} if changes else values, leave_out=NOT_RECIPE)
 
 
 def epochs_to_reach(curve: list[tuple[int, float]], target: float) -> int | None:

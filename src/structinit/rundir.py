@@ -128,7 +128,11 @@ def resume_changes(saved: dict[str, Any], asked: dict[str, Any], epochs_done: in
         raise RunError(f"--resume cannot change {listed}: start a new run with another --out")
     if asked.get("epochs", saved["epochs"]) < epochs_done:
         raise RunError(f"--epochs {asked['epochs']}: the run has already done {epochs_done} epochs")
-    return {k: v for k, v in changed.items() if k in ("epochs", "lr", "eval_every", "snapshot_epochs")}
+    return {k: v for k, v in changed.items() if k in ("epochs", "lr", "eval_every", "snapshot_epochs", "log")}
+
+
+# settings whose change in a resume changes what the run trains (its schedule, its learning rate)
+TRAINING = ("epochs", "lr")
 
 
 class MetricsLog:
@@ -171,6 +175,17 @@ class MetricsLog:
     def epochs(self) -> list[dict[str, Any]]:
         return [r for r in self.records() if "event" not in r]
 
+    def training_changes(self) -> list[str]:
+        """What resumes changed of how the run trains (TRAINING), as '--lr 0.001 -> 0.5 after epoch 3':
+        a run trained partly otherwise than its config.yaml says now."""
+        return [
+            f"{flag(k)} {old!r} -> {new!r} after epoch {r.get('after_epoch')}"
+            for r in self.records()
+            if r.get("event") == "resume"
+            for k, (old, new) in r.get("changed", {}).items()
+            if k in TRAINING
+        ]
+
     def append(self, *records: dict[str, Any]) -> None:
         text = "".join(json.dumps(r) + "\n" for r in records)
         try:
@@ -184,12 +199,17 @@ class MetricsLog:
 
     def reconcile(self, epoch: int, lines: list[dict[str, Any]]) -> None:
         """Make the log end at `epoch`, the checkpoint's: drop later lines, put back the checkpoint's
-        `lines` (its events and its epoch's line) that a crash lost."""
+        `lines` (its events and its epoch's line) that a crash lost; and make it the run's own file."""
         records = [r for r in self.records() if r.get("epoch", r.get("after_epoch", 0)) <= epoch]
         records += [line for line in lines if line not in records]
         text = "".join(json.dumps(r) + "\n" for r in records)
-        if not self.path.exists() or self.path.read_text() != text:
+        if not self.path.exists() or self.shared() or self.path.read_text() != text:
             atomic_write_text(self.path, text, then=" and --resume")
+
+    def shared(self) -> bool:
+        """Whether appending would write into another file too: a link, or a hard-linked copy of a
+        run (`cp -al`); reconcile then writes the log anew, as this run's own file."""
+        return self.path.is_symlink() or self.path.stat().st_nlink > 1
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -212,7 +232,7 @@ def written_by_a_run(path: Path, out: Path | None = None) -> bool:
     """A config.yaml that a run wrote: a mapping with the run's environment record (which it writes
     last) and, with `out`, the run of that directory (a copied one records another)."""
     try:
-        values = yaml.safe_load(path.read_text())
+        values = load_yaml(path.read_text())
     except (yaml.YAMLError, UnicodeDecodeError, OSError):
         return False
     if not isinstance(values, dict) or not isinstance(values.get(ENVIRONMENT), dict):
@@ -241,22 +261,55 @@ def check_fresh(out: Path) -> None:
             "use another --out (structinit never overwrites results)"
         )
     config = out / "config.yaml"
-    ours = config.exists() and written_by_a_run(config, out)
-    if config.exists() and not ours:
+    if config.exists() and not written_by_a_run(config, out):
         raise RunError(f"{config} was not written by a run of this directory: use another --out (it stays as it is)")
-    found = [str(p.relative_to(out)) for p in _written_by_runs(out) if p.name != "config.yaml"]
-    unfinished = {"init_report.json", "wandb_id", "metrics.jsonl", str(Path("snapshots", "epoch_0000.pt"))}
-    foreign = [name for name in found if not ours or not (name in unfinished or name.startswith("tensorboard"))]
+    clear_run(out)
+
+
+def clear_run(out: Path) -> list[Path]:
+    """Delete what the run of `out` wrote (its files, the snapshots and TensorBoard events its record
+    says it kept, temporary files) and nothing else; returns what it deleted. Call it holding the run's
+    lock, once its config.yaml proves the run is of this directory (`written_by_a_run`). Deletes
+    nothing, and raises RunError, where files a run writes are there that its record does not account
+    for: a fresh run there would take them for its own."""
+    owned = run_files(out)
+    foreign = [str(p.relative_to(out)) for p in _named_like_run_files(out) if p not in owned]
     if foreign:
         raise RunError(
             f"{out} holds {', '.join(foreign[:3])}, which a run writes and no unfinished run of this directory "
             "did: use another --out (the files stay as they are)"
         )
-    if ours:
-        clear_run(out)
+    for path in owned:
+        path.unlink()
+    removed = owned + clear_temporaries(out)
+    for folder in (out / "snapshots", out / "tensorboard"):
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+    return removed
 
 
-def _written_by_runs(out: Path) -> list[Path]:
+def run_files(out: Path) -> list[Path]:
+    """The files in `out` its run wrote, by its record (config.yaml, and the settings its resumes
+    changed): RUN_FILES, snapshots at the epochs it kept, TensorBoard events if it logged there;
+    none without a config.yaml of a run of this directory."""
+    if not written_by_a_run(out / "config.yaml", out):
+        return []  # no record of a run of this directory: nothing here is its
+    settings = [load_yaml((out / "config.yaml").read_text())]
+    try:
+        events = [r for r in MetricsLog(out).records() if r.get("event") == "resume"]
+    except RunError:  # a damaged log accounts for nothing more
+        events = []
+    settings += [{k: v[0] for k, v in e.get("changed", {}).items()} for e in events]
+    epochs = {e for s in settings for e in s.get("snapshot_epochs") or [] if isinstance(e, int)}
+    loggers = {name for s in settings for name in s.get("log") or []}
+    names = [name for name in RUN_FILES if name != "wandb_id" or "wandb" in loggers]
+    found = [out / name for name in names] + [snapshot_path(out, epoch) for epoch in sorted(epochs)]
+    if "tensorboard" in loggers and (out / "tensorboard").is_dir():
+        found += [p for p in sorted((out / "tensorboard").iterdir()) if TENSORBOARD.match(p.name)]
+    return [p for p in found if p.is_file()]
+
+
+def _named_like_run_files(out: Path) -> list[Path]:
     """The files in `out` with the names a run writes (RUN_FILES, snapshots, TensorBoard events)."""
     found = [out / name for name in RUN_FILES if (out / name).is_file()]
     for folder, pattern in ((out / "snapshots", SNAPSHOT), (out / "tensorboard", TENSORBOARD)):
@@ -265,23 +318,20 @@ def _written_by_runs(out: Path) -> list[Path]:
     return found
 
 
-def clear_run(out: Path) -> list[Path]:
-    """Delete what a run wrote in `out` (RUN_FILES, snapshots, TensorBoard events, temporary files) and
-    nothing else; call it holding the run's lock, once its config.yaml proves the run is of this
-    directory (`written_by_a_run`). Returns what it deleted."""
-    removed = _written_by_runs(out)
-    for path in removed:
-        path.unlink()
-    removed += clear_temporaries(out)
-    for folder in (out / "snapshots", out / "tensorboard"):
-        if folder.is_dir() and not any(folder.iterdir()):
-            folder.rmdir()
-    return removed
+def snapshot_path(out: Path, epoch: int) -> Path:
+    return out / "snapshots" / f"epoch_{epoch:04d}.pt"
 
 
 def clear_temporaries(out: Path) -> list[Path]:
     """Delete the temporary files that interrupted writes of the run in `out` left (hold its lock)."""
     return remove_temporaries(out, RUN_FILES) + remove_temporaries(out / "snapshots", lambda n: bool(SNAPSHOT.match(n)))
+
+
+def summary_of_the_run(out: Path, summary: dict[str, Any]) -> bool:
+    """Whether `summary` is what the run of `out` wrote when it finished: its metrics are those its log
+    holds for the epoch it says the run ended at."""
+    line = {r["epoch"]: r for r in MetricsLog(out).epochs()}.get(summary.get("epochs_done"))
+    return line is not None and all(summary.get(k) == v for k, v in line.items())
 
 
 def checkpoint_lines(checkpoint: dict[str, Any]) -> list[dict[str, Any]]:

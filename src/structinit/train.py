@@ -60,6 +60,8 @@ from .rundir import (
     load_yaml,
     read_record,
     resume_changes,
+    snapshot_path,
+    summary_of_the_run,
 )
 
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)
@@ -276,7 +278,7 @@ def presets() -> list[str]:
 def load_preset(name: str) -> dict[str, Any]:
     if name not in presets():
         raise ValueError(f"unknown preset {name!r}; presets: {', '.join(presets())}")
-    return yaml.safe_load(resources.files("structinit.presets").joinpath(f"{name}.yaml").read_text())
+    return load_yaml(resources.files("structinit.presets").joinpath(f"{name}.yaml").read_text())
 
 
 class TrainingDiverged(RunError):
@@ -389,7 +391,8 @@ def remove_unstarted(made: list[Path]) -> None:
     out = made[0]
     if (out / "last.pt").exists():
         return
-    clear_run(out)
+    with contextlib.suppress(RunError):  # files it cannot account for stay, and the folder with them
+        clear_run(out)
     (out / ".lock").unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         for folder in made:
@@ -506,6 +509,11 @@ class Run:
                 f"{self.out} has done {done} of its epochs, so {listed} would change nothing and nothing was "
                 "written: add --epochs N to train longer"
             )
+        if config.stop_after is not None and config.stop_after <= done < config.epochs:
+            raise RunError(
+                f"--stop-after {config.stop_after}: {self.out} has already done {done} epochs, so it would train "
+                f"nothing: give a later epoch, or leave it out to train to epoch {config.epochs}"
+            )
         past = [e for e in config.snapshot_epochs if e <= done and not snapshot_path(self.out, e).exists()]
         if past and "snapshot_epochs" in changes:
             raise RunError(
@@ -531,7 +539,7 @@ class Run:
         path = self.out / "config.yaml"
         try:
             recorded = read_config(path) if path.exists() else None
-            before = (yaml.safe_load(path.read_text()) or {}).get(ENVIRONMENT) if recorded else None
+            before = (load_yaml(path.read_text()) or {}).get(ENVIRONMENT) if recorded else None
         except RunError:
             recorded = before = None
         values = {**dataclasses.asdict(saved), "resume": False}
@@ -539,11 +547,13 @@ class Run:
             _write_config(self.out, values, before or {})
         summary = self.out / "summary.json"
         if summary.exists():
-            try:
-                stale = read_record(summary, "").get("epochs_done") != done
-            except RunError:
-                stale = True
-            if stale:
+            record = read_record(summary, "move it away: --resume writes the run's own when it finishes")
+            if not summary_of_the_run(self.out, record):
+                raise RunError(
+                    f"{summary} is not this run's (no epoch of its metrics.jsonl ends with it): move it away "
+                    "(it stays as it is); --resume writes the run's own when it finishes"
+                )
+            if record["epochs_done"] != done:
                 summary.unlink()  # this run's own, behind its checkpoint: written again when it finishes
         return before
 
@@ -887,10 +897,6 @@ def _write_config(out: Path, values: dict[str, Any], env: dict[str, Any], if_cha
     path = out / "config.yaml"
     if not (if_changed and path.exists() and path.read_text() == text):
         atomic_write_text(path, text)
-
-
-def snapshot_path(out: Path, epoch: int) -> Path:
-    return out / "snapshots" / f"epoch_{epoch:04d}.pt"
 
 
 def save_snapshot(model: nn.Module, out: Path, epoch: int) -> None:
