@@ -624,7 +624,26 @@ def test_compare_never_takes_or_reruns_a_config_no_run_wrote(tmp_path, capsys):
     before = files(run)
     for extra in ([], ["--rerun"]):
         assert main([*GRID, "--epochs", "1", "--out", str(tmp_path), *extra]) == 2
-        one_line(capsys, "config.yaml was not written by a run of this directory")
+        one_line(capsys, "config.yaml was not written by a run: use another --out")
+    assert files(run) == before
+
+
+def test_a_moved_grid_is_compared_and_resumed_but_its_runs_are_not_rerun(tmp_path, capsys):
+    old, new = tmp_path / "old", tmp_path / "new"
+    compare(TrainConfig(**{**FAST, "per_class": None}, epochs=2, stop_after=1), ["timm"], [0], [10], old)
+    old.rename(new)
+    assert main([*GRID, "--epochs", "2", "--out", str(new)]) == 0  # the moved run goes on
+    assert [r["epoch"] for r in MetricsLog(new / "per_class_10" / "timm-seed0").epochs()] == [1, 2]
+    newer = tmp_path / "newer"
+    new.rename(newer)  # finished: compared as it is
+    (newer / "results.md").unlink()
+    assert main([*GRID, "--epochs", "2", "--out", str(newer)]) == 0
+    assert "timm" in (newer / "results.md").read_text()
+    run = newer / "per_class_10" / "timm-seed0"
+    before = files(run)
+    capsys.readouterr()
+    assert main([*GRID, "--epochs", "3", "--out", str(newer), "--rerun"]) == 2
+    one_line(capsys, "records a run of another directory (moved or copied here)")
     assert files(run) == before
 
 

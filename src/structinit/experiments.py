@@ -163,8 +163,8 @@ def _check_same_recipe(config: TrainConfig, rerun: bool) -> None:
     path = Path(config.out) / "config.yaml"
     if not path.exists():
         return
-    if not written_by_a_run(path, Path(config.out)):
-        raise RunError(f"{path} was not written by a run of this directory: use another --out (it stays as it is)")
+    if not written_by_a_run(path):  # a moved grid's runs are taken; only their own files may be deleted
+        raise RunError(f"{path} was not written by a run: use another --out (it stays as it is)")
     saved = identity(dataclasses.asdict(read_config(path)))
     asked = identity(dataclasses.asdict(config))
     listed = ", ".join(f"{flag(k)} {saved.get(k)!r} (now {asked[k]!r})" for k in asked if saved.get(k) != asked[k])

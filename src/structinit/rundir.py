@@ -272,6 +272,12 @@ def clear_run(out: Path) -> list[Path]:
     lock, once its config.yaml proves the run is of this directory (`written_by_a_run`). Deletes
     nothing, and raises RunError, where files a run writes are there that its record does not account
     for: a fresh run there would take them for its own."""
+    config = out / "config.yaml"
+    if written_by_a_run(config) and not written_by_a_run(config, out):
+        raise RunError(
+            f"{config} records a run of another directory (moved or copied here): its files are not "
+            "deleted; train it again into a new --out"
+        )
     owned = run_files(out)
     foreign = [str(p.relative_to(out)) for p in _named_like_run_files(out) if p not in owned]
     if foreign:
