@@ -263,6 +263,31 @@ def test_a_run_a_resume_trained_partly_at_another_learning_rate_is_of_another_re
     assert recipes[0] != recipes[1]  # never averaged with the runs trained as they say
 
 
+def test_a_run_leaves_no_lock_file_finished_or_refused_and_a_lock_removed_under_a_waiter_is_taken_anew(
+    finished, tmp_path, capsys, monkeypatch
+):
+    assert not (finished / ".lock").exists()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "config.yaml").write_text("lr: 0.1\n")
+    assert main(["train", *FLAGS, "--epochs", "1", "--out", str(mine)]) == 2
+    capsys.readouterr()
+    assert sorted(p.name for p in mine.iterdir()) == ["config.yaml"]
+    import fcntl
+
+    real, locked = fcntl.flock, []
+
+    def holder_leaves_just_then(file, flags):  # the holder removes .lock as this process locks it
+        real(file, flags)
+        if not locked:
+            (tmp_path / "free" / ".lock").unlink()
+        locked.append(os.fstat(file.fileno()).st_ino)
+
+    monkeypatch.setattr(fcntl, "flock", holder_leaves_just_then)
+    with RunLock(tmp_path / "free") as lock:
+        assert len(locked) == 2 and os.fstat(lock.file.fileno()).st_ino == (tmp_path / "free" / ".lock").stat().st_ino
+
+
 # --- no file runs code ------------------------------------------------------------------------------
 
 

@@ -8,7 +8,7 @@ what may change when it resumes, and its metrics log, which never holds an epoch
     RUN/summary.json    written when the run finishes
     RUN/init_report.json what the init did (written when the run starts)
     RUN/snapshots/      weights kept at --snapshot-epochs
-    RUN/.lock           held by the process training the run
+    RUN/.lock           held by the process training the run (removed when it is done)
 
 These names are the tool's own: it deletes them (and its temporary files, `.NAME.tmpPID`) only where
 it can prove they are its unfinished work, and never anything else in the directory.
@@ -71,7 +71,8 @@ TENSORBOARD = re.compile(r"^events\.out\.tfevents\.")
 
 class RunLock:
     """An exclusive lock on a directory (an flock on DIR/.lock, released when the process ends, even
-    by kill -9): a second process training the same run, or the same grid, is refused at once."""
+    by kill -9): a second process training the same run, or the same grid, is refused at once. The
+    holder removes DIR/.lock when it is done, so that a run leaves no file it does not need."""
 
     def __init__(self, folder: Path, what: str = "run") -> None:
         self.folder, self.what, self.file = Path(folder), what, None
@@ -82,14 +83,21 @@ class RunLock:
         except ImportError:  # Windows: no flock; the lock is advisory anyway
             return self
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.file = open(self.folder / ".lock", "a+")
-        try:
-            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self.file.seek(0)
-            holder = self.file.read().strip() or "another process"
-            self.file.close()
-            raise RunError(f"{self.folder} is in use by {holder}: wait for it to finish or use another --out") from None
+        path = self.folder / ".lock"
+        while self.file is None:
+            file = open(path, "a+")
+            try:
+                fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                file.seek(0)
+                holder = file.read().strip() or "another process"
+                file.close()
+                fix = "wait for it to finish or use another --out"
+                raise RunError(f"{self.folder} is in use by {holder}: {fix}") from None
+            if _same_file(file, path):
+                self.file = file
+            else:  # locked a file its holder removed on leaving: lock the one there now
+                file.close()
         self.file.seek(0)
         self.file.truncate()
         self.file.write(f"pid {os.getpid()} ({self.what})")
@@ -98,7 +106,16 @@ class RunLock:
 
     def __exit__(self, *exc: object) -> None:
         if self.file is not None:
+            (self.folder / ".lock").unlink(missing_ok=True)  # still held: no one else holds this file
             self.file.close()
+            self.file = None
+
+
+def _same_file(file: Any, path: Path) -> bool:
+    try:
+        return os.path.samestat(os.fstat(file.fileno()), os.stat(path))
+    except FileNotFoundError:
+        return False
 
 
 def identity(config: dict[str, Any]) -> dict[str, Any]:

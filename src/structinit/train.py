@@ -387,13 +387,12 @@ def train(config: TrainConfig) -> dict[str, Any]:
 
 def remove_unstarted(made: list[Path]) -> None:
     """Remove the folders (`made`, deepest first) a fresh run made if it failed before its first
-    checkpoint (an unbuildable model, bad data): they hold only that run's config, init report and lock."""
+    checkpoint (an unbuildable model, bad data): they hold only that run's config and init report."""
     out = made[0]
     if (out / "last.pt").exists():
         return
     with contextlib.suppress(RunError):  # files it cannot account for stay, and the folder with them
         clear_run(out)
-    (out / ".lock").unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         for folder in made:
             folder.rmdir()  # not if anything else is there
