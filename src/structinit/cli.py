@@ -306,6 +306,7 @@ def run_init(args: argparse.Namespace) -> int:
 
     from .checkpoint import weights_sha256
     from .export import check_init_path, save_init
+    from .files import atomic_write_text
     from .methods import initialize, options_help, supported_models
     from .models import create_model
 
@@ -340,8 +341,7 @@ def run_init(args: argparse.Namespace) -> int:
     digest = save_init(model, args.save, report) if args.save else weights_sha256(model.state_dict())
     print(f"weights sha256: {digest}" + (f", saved to {args.save}" if args.save else ""))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({**report.to_dict(), "weights_sha256": digest}, f, indent=2)
+        atomic_write_text(Path(args.json), json.dumps({**report.to_dict(), "weights_sha256": digest}, indent=2))
     return 0
 
 
