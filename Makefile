@@ -20,7 +20,7 @@ test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/lint-imports --no-cache
 
 bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/bench_init.py

@@ -23,7 +23,8 @@ import torch
 import structinit
 from bench_init import load_images, prepare
 from structinit.adapters import get_adapter
-from structinit.fidelity import layer_inputs, offset_mass
+from structinit.fidelity import layer_inputs
+from structinit.offsets import offset_mass
 
 
 def timed(fn, repeats: int = 5) -> float:

@@ -30,7 +30,7 @@ import torch
 from PIL import Image
 
 import structinit
-from structinit import methods
+from structinit.inits import api as init_api
 from structinit.provenance import cpu_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,7 +81,8 @@ def first_layer_fidelity(
     """Mean and worst-head mass of layer 0 on real images: on the assigned offsets for the impulse
     init (the report's), on each head's best offset otherwise."""
     from structinit.adapters import get_adapter
-    from structinit.fidelity import layer_inputs, offset_mass
+    from structinit.fidelity import layer_inputs
+    from structinit.offsets import offset_mass
 
     adapter = get_adapter(model)
     layer = adapter.layers()[0]
@@ -111,7 +112,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     if args.all_threads:
-        methods.one_torch_thread = contextlib.nullcontext
+        init_api.one_torch_thread = contextlib.nullcontext
     return contention(args) if args.busy else run(args)
 
 

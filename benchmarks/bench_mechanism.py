@@ -47,7 +47,8 @@ import structinit
 from structinit.adapters import get_adapter
 from structinit.data import load_data
 from structinit.experiments import write_generated_section
-from structinit.fidelity import attention_entropy, layer_inputs, offset_mass
+from structinit.fidelity import attention_entropy, layer_inputs
+from structinit.offsets import offset_mass
 from structinit.rank import feature_ranks
 from structinit.train import TrainConfig, build_model, normalise_for, normalised_test_images, read_config
 

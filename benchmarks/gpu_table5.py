@@ -36,7 +36,7 @@ from torch import nn
 
 from structinit.augment import BatchAugment
 from structinit.data import load_data
-from structinit.options import parse_init, split_top_level
+from structinit.inits.labels import parse_init, split_top_level
 from structinit.train import (
     Dist,
     TrainConfig,

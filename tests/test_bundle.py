@@ -95,7 +95,7 @@ PARTS = {
 
 @pytest.mark.parametrize("label", list(PARTS))
 def test_each_part_of_the_bundle_changes_only_its_part(make_vit, label):
-    from structinit.options import parse_init
+    from structinit.inits.labels import parse_init
 
     method, options = parse_init(label)
     model = make_vit()

@@ -8,8 +8,8 @@ from timm.optim import create_optimizer_v2
 
 import structinit
 from structinit.cli import main
-from structinit.filters import kernel_offsets
 from structinit.models import create_model
+from structinit.offsets import kernel_offsets
 from structinit.rank import feature_ranks, stable_rank
 from structinit.train import TrainConfig, train
 

@@ -10,9 +10,8 @@ from timm.models.mlp_mixer import Affine, MlpMixer, ResBlock
 import structinit
 from structinit.adapters.mixer import MixerAdapter
 from structinit.adapters.swin import SwinAdapter
-from structinit.fidelity import offset_mass
-from structinit.filters import target_indices
 from structinit.models import create_model
+from structinit.offsets import offset_mass, target_indices
 from structinit.train import TrainConfig, train
 
 

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from structinit.filters import assign_offsets, check_kernel_size, impulse_maps, kernel_offsets, target_indices
+from structinit.offsets import assign_offsets, check_kernel_size, impulse_maps, kernel_offsets, target_indices
 
 
 def test_kernel_offsets_cover_the_kernel():

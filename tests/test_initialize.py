@@ -7,8 +7,8 @@ import torch
 
 import structinit
 from conftest import small_vit
-from structinit import methods
-from structinit.filters import kernel_offsets
+from structinit.inits import baselines
+from structinit.offsets import kernel_offsets
 
 PAPER_MODELS = {
     "vit_tiny_patch16_224 (3 heads)": lambda: timm.create_model("vit_tiny_patch16_224"),
@@ -360,7 +360,7 @@ def test_the_factorisations_run_on_one_torch_thread_each_side_by_side_as_many_as
     --busy has the figures). So each factorisation sees one torch thread, and as many run at once
     as torch had threads."""
     seen = []
-    factorise = methods.balanced_factors
+    factorise = baselines.balanced_factors
     two_at_once = threading.Barrier(2, timeout=30)  # broken, and raising, unless two calls overlap
 
     def recording(*args, **kwargs):
@@ -369,7 +369,7 @@ def test_the_factorisations_run_on_one_torch_thread_each_side_by_side_as_many_as
             two_at_once.wait()
         return factorise(*args, **kwargs)
 
-    monkeypatch.setattr(methods, "balanced_factors", recording)
+    monkeypatch.setattr(baselines, "balanced_factors", recording)
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(2)

@@ -8,8 +8,8 @@ import torch
 
 import structinit
 from conftest import small_vit
-from structinit.method_options import FilterOptions, ImpulseOptions, MimeticOptions
-from structinit.options import DEFAULT, VARIANTS, parse_init, split_top_level, with_options
+from structinit.inits.labels import DEFAULT, VARIANTS, parse_init, split_top_level, with_options
+from structinit.inits.options import FilterOptions, ImpulseOptions, MimeticOptions
 from test_families import small_swin
 
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from structinit import plots
-from structinit.fidelity import best_offsets
-from structinit.filters import target_indices
+from structinit.offsets import target_indices
+from structinit.report import best_offsets
 
 
 def row(init, seed, top1, recipe="r1", per_class=200, reached=3):

@@ -438,8 +438,8 @@ def test_structinit_init_is_the_same_in_two_fresh_processes(tmp_path):
 
 def test_weights_sha256_tells_weights_apart_by_one_bit_name_dtype_or_shape():
     state = {"a": torch.randn(3, 4), "b": torch.arange(5)}
-    digest = checkpoint_module.weights_sha256(state)
-    assert checkpoint_module.weights_sha256({k: v.clone() for k, v in state.items()}) == digest
+    digest = files_module.weights_sha256(state)
+    assert files_module.weights_sha256({k: v.clone() for k, v in state.items()}) == digest
     one_ulp = state["a"].clone()
     one_ulp[1, 2] = torch.nextafter(one_ulp[1, 2], torch.tensor(float("inf")))
     for changed in (
@@ -448,4 +448,4 @@ def test_weights_sha256_tells_weights_apart_by_one_bit_name_dtype_or_shape():
         {**state, "a": state["a"].double()},
         {**state, "a": state["a"].reshape(4, 3)},
     ):
-        assert checkpoint_module.weights_sha256(changed) != digest
+        assert files_module.weights_sha256(changed) != digest

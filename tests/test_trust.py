@@ -24,7 +24,7 @@ from structinit.cli import main
 from structinit.data import load_data
 from structinit.errors import RunError
 from structinit.experiments import collect, compare
-from structinit.methods import initialize
+from structinit.inits.api import initialize
 from structinit.rundir import MetricsLog, RunLock, clear_run, identity
 from structinit.train import TrainConfig, read_config, resume_config, train
 

@@ -2,17 +2,18 @@
 
 from .export import save_init
 from .fidelity import fidelity
-from .method_options import (
+from .inits import (
+    METHODS,
     FilterOptions,
     ImpulseOptions,
     MimeticOptions,
     MixerImpulseOptions,
     SwinImpulseOptions,
+    initialize,
 )
-from .methods import METHODS, initialize
 from .report import Report
+from .version import __version__
 
-__version__ = "0.2.0"
 __all__ = [
     "METHODS",
     "FilterOptions",

@@ -6,9 +6,10 @@ from pathlib import Path
 from typing import Any
 
 from .adapters import get_adapter
-from .fidelity import best_offsets, mean_attention
-from .options import DEFAULT, KERNEL_SIZE, parse_init
+from .fidelity import mean_attention
+from .inits.labels import DEFAULT, KERNEL_SIZE, parse_init
 from .plots import plot_attention
+from .report import best_offsets
 from .targets import load_target
 from .train import normalised_test_images
 

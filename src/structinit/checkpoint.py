@@ -8,28 +8,17 @@ prev.pt; a failed write (a full disk) removes the temporary file and says so in 
 
 from __future__ import annotations
 
-import hashlib
 import pickle
 import random
 import zipfile
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 import torch
 
 from .errors import RunError, first_line
-from .files import atomic_write
-
-
-def atomic_save(
-    obj: Any, path: Path, keep_previous: bool = False, write: Callable[[Any, BinaryIO], Any] | None = None
-) -> None:
-    """`write` (default torch.save) `obj` to `path` through files.atomic_write (the old file becomes
-    prev.pt with `keep_previous`): a crash leaves the old file, a failure one line and no temporary file."""
-    then = " and --resume" if keep_previous else ""  # a run's checkpoint, or a file written once
-    atomic_write(Path(path), lambda f: (write or torch.save)(obj, f), keep_previous=keep_previous, then=then)
+from .files import atomic_save
 
 
 def load_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
@@ -105,17 +94,6 @@ def _numpy_array_globals() -> list[Any]:
     except ImportError:  # numpy < 2
         from numpy.core.multiarray import _reconstruct
     return [_reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32))]
-
-
-def weights_sha256(state: dict[str, torch.Tensor]) -> str:
-    """A digest of a state dict's names, dtypes, shapes and bytes: two inits are the same weights
-    exactly when their digests are equal, without keeping both models."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(state.items()):
-        tensor = tensor.detach().cpu().contiguous()
-        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)};".encode())
-        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
 
 
 def rng_state() -> dict[str, Any]:

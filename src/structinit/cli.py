@@ -13,10 +13,10 @@ from typing import Any
 
 from . import __version__
 from .errors import first_line
+from .inits.labels import DEFAULT, KERNEL_SIZE, VARIANTS, parse_assignments, parse_init, split_top_level
+from .inits.registry import METHODS
 from .launch import CLUSTERS, Cluster
-from .methods import METHODS
 from .models import PRESETS
-from .options import DEFAULT, KERNEL_SIZE, VARIANTS, parse_assignments, parse_init, split_top_level
 from .rundir import flag, load_yaml
 
 # `train --filters`, for ConvMixer: the init label each choice stands for
@@ -304,10 +304,9 @@ def run_train(args: argparse.Namespace) -> int:
 def run_init(args: argparse.Namespace) -> int:
     import torch
 
-    from .checkpoint import weights_sha256
     from .export import check_init_path, save_init
-    from .files import atomic_write_text
-    from .methods import initialize, options_help, supported_models
+    from .files import atomic_write_text, weights_sha256
+    from .inits.api import initialize
     from .models import create_model
 
     if args.list_models:
@@ -533,3 +532,40 @@ def _interrupt(signum: int, frame: object) -> None:
 def fail(command: str, message: str) -> int:
     print(f"structinit {command}: error: {message}", file=sys.stderr)
     return 2
+
+
+def supported_models() -> str:
+    """The families structinit initialises, their init methods and an example each, and the presets."""
+    from .adapters import ADAPTERS
+    from .adapters.convmixer import ConvMixerAdapter
+    from .inits.convmixer import FILTER_METHODS
+    from .inits.registry import FAMILIES, METHODS
+    from .models import PRESETS
+
+    rows = [(adapter, list(METHODS)) for adapter in ADAPTERS]
+    rows += [(family.adapter, list(family.methods)) for family in FAMILIES]
+    rows.append((ConvMixerAdapter, list(FILTER_METHODS)))
+    lines = ["families (init methods; e.g.):"]
+    lines += [f"  {adapter.family}\n      {', '.join(methods)}; e.g. {adapter.example}" for adapter, methods in rows]
+    lines.append("presets for small images (give the size: structinit init NAME --model-kwargs img_size=32):")
+    lines += [f"  {name}" for name in PRESETS]
+    return "\n".join(lines)
+
+
+def options_help() -> str:
+    """Every init method's options, once per options class: `structinit init --list-options`."""
+    from .inits.options import FilterOptions, NoOptions
+    from .inits.registry import FAMILIES, VIT_FAMILY
+
+    classes = [init.options for family in (VIT_FAMILY, *FAMILIES) for init in family.methods.values()]
+    lines = [
+        "init options go in the label's brackets, e.g. impulse[target_fidelity=0.9,kernel_size=5]; every method "
+        "also takes kernel_size, the f of the f x f kernel (default 3; ConvMixer: its own)"
+    ]
+    for cls in dict.fromkeys([*classes, FilterOptions]):
+        if cls is NoOptions:
+            continue
+        summary = " ".join((cls.__doc__ or "").split())
+        lines.append(f"\n{cls.__name__}: {summary}")
+        lines += ["  " + line.replace("\n", "\n  ") for line in cls.describe()]
+    return "\n".join(lines)

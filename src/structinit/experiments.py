@@ -185,8 +185,8 @@ def _check_same_recipe(config: TrainConfig, rerun: bool) -> None:
 def _changed_init_options(config: TrainConfig) -> str:
     """The init options a run recorded that its label no longer resolves to (a default changed since),
     as 'init X with name=old (now new), ...'; empty when they agree or the run recorded none."""
-    from .methods import options_then_and_now
-    from .options import DEFAULT, parse_init
+    from .inits.labels import DEFAULT, parse_init
+    from .inits.registry import options_then_and_now
 
     report = Path(config.out) / "init_report.json"
     method, given = parse_init(config.init)

@@ -15,7 +15,7 @@ from typing import Any
 from torch import nn
 
 from .adapters import unwrap
-from .checkpoint import atomic_save, weights_sha256
+from .files import atomic_save, weights_sha256
 from .report import Report
 
 SUFFIXES = (".safetensors", ".pth", ".pt")
@@ -52,7 +52,7 @@ def save_init(model: nn.Module, path: str | Path, report: Report | None = None) 
 
 
 def _record(report: Report | None) -> dict[str, str]:
-    from . import __version__
+    from .version import __version__
 
     record: dict[str, Any] = {"structinit": __version__}
     if report is not None:

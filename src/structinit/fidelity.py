@@ -12,32 +12,11 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from .filters import Offset, check_kernel_size, kernel_offsets, target_indices
-from .report import HeadReport, LayerReport, Report
+from .offsets import check_kernel_size
+from .report import LayerReport, Report, best_offsets
 
-if TYPE_CHECKING:  # the adapters measure themselves with this module's functions
+if TYPE_CHECKING:
     from .adapters import ModelAdapter
-
-
-def offset_mass(attn: torch.Tensor, offsets: list[Offset], grid: tuple[int, int], num_prefix: int) -> torch.Tensor:
-    """Per head, the mean mass that valid grid queries put on their key at the head's offset.
-
-    attn: (B, heads, T, T) attention maps; offsets: one per head. Returns (heads,).
-    """
-    target, valid = target_indices(offsets, grid)
-    target, valid = target.to(attn.device), valid.to(attn.device)
-    grid_rows = attn[:, :, num_prefix:, :]
-    mass = grid_rows.gather(-1, (target + num_prefix).expand(attn.shape[0], -1, -1).unsqueeze(-1)).squeeze(-1)
-    return ((mass * valid).sum(-1) / valid.sum(-1).clamp_min(1)).mean(0)
-
-
-def best_offsets(attn: torch.Tensor, kernel_size: int, grid: tuple[int, int], num_prefix: int) -> list[HeadReport]:
-    """For each head, the offset of an f x f kernel that holds the most mass, and that mass."""
-    candidates = kernel_offsets(kernel_size)
-    heads = attn.shape[1]
-    masses = torch.stack([offset_mass(attn, [o] * heads, grid, num_prefix) for o in candidates], dim=1)
-    best = masses.argmax(dim=1)
-    return [HeadReport(candidates[int(i)], float(masses[h, i])) for h, i in enumerate(best)]
 
 
 def layer_inputs(adapter: ModelAdapter, images: torch.Tensor | None) -> list[torch.Tensor]:

@@ -6,11 +6,14 @@ removes its temporary file, and one that kill -9 left is removed by the next wri
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
+
+import torch
 
 from .errors import RunError
 
@@ -91,3 +94,23 @@ def sync_directory(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def atomic_save(
+    obj: Any, path: Path, keep_previous: bool = False, write: Callable[[Any, BinaryIO], Any] | None = None
+) -> None:
+    """`write` (default torch.save) `obj` to `path` through files.atomic_write (the old file becomes
+    prev.pt with `keep_previous`): a crash leaves the old file, a failure one line and no temporary file."""
+    then = " and --resume" if keep_previous else ""  # a run's checkpoint, or a file written once
+    atomic_write(Path(path), lambda f: (write or torch.save)(obj, f), keep_previous=keep_previous, then=then)
+
+
+def weights_sha256(state: dict[str, torch.Tensor]) -> str:
+    """A digest of a state dict's names, dtypes, shapes and bytes: two inits are the same weights
+    exactly when their digests are equal, without keeping both models."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(state.items()):
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)};".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .filters import Offset
+import torch
+
+from .offsets import Offset, kernel_offsets, offset_mass
 
 
 @dataclass
@@ -96,3 +98,12 @@ class Report:
             more = f"  ... {len(layer.heads) - shown} more" if len(layer.heads) > shown else ""
             lines.append(f"{layer.index:>5}  {layer.seconds:7.3f}  {cells}{more}")
         return "\n".join(lines)
+
+
+def best_offsets(attn: torch.Tensor, kernel_size: int, grid: tuple[int, int], num_prefix: int) -> list[HeadReport]:
+    """For each head, the offset of an f x f kernel that holds the most mass, and that mass."""
+    candidates = kernel_offsets(kernel_size)
+    heads = attn.shape[1]
+    masses = torch.stack([offset_mass(attn, [o] * heads, grid, num_prefix) for o in candidates], dim=1)
+    best = masses.argmax(dim=1)
+    return [HeadReport(candidates[int(i)], float(masses[h, i])) for h, i in enumerate(best)]

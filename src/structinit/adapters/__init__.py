@@ -16,7 +16,7 @@ from .torchvision_vit import TorchvisionViTAdapter
 ADAPTERS: list[type[ModelAdapter]] = [TimmViTAdapter, TimmEvaAdapter, TorchvisionViTAdapter, HFViTAdapter]
 
 
-# families with their own inits (methods.FAMILIES, filter_inits), not the global-attention interface
+# families with their own inits (inits/registry.py), not the global-attention interface
 OTHER_FAMILIES = [SwinAdapter, MixerAdapter, ConvMixerAdapter]
 
 

@@ -13,8 +13,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from ..fidelity import best_offsets
-from ..report import HeadReport, LayerReport
+from ..report import HeadReport, LayerReport, best_offsets
 
 
 class AttentionLayer(abc.ABC):

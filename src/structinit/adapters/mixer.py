@@ -8,9 +8,8 @@ from timm.layers import Mlp
 from timm.models.mlp_mixer import MixerBlock, MlpMixer
 from torch import nn
 
-from ..fidelity import best_offsets, offset_mass
-from ..filters import Offset
-from ..report import HeadReport, LayerReport
+from ..offsets import Offset, offset_mass
+from ..report import HeadReport, LayerReport, best_offsets
 from .timm_vit import _eval, reset_with_timm, torch_defaults_
 
 

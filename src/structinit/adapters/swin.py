@@ -3,7 +3,7 @@ relative-position bias per head, and no absolute position embedding.
 
 The tokens carry no position, so the pseudo-input solve of the plain ViT has nothing to work with
 (every token of an all-zero image is the same vector, and any Q/K gives a uniform window map);
-the relative-position bias is where position enters, and where the impulse init goes (swin_init.py).
+the relative-position bias is where position enters, and where the impulse init goes (inits/swin.py).
 """
 
 from __future__ import annotations
@@ -12,9 +12,8 @@ import torch
 from timm.models.swin_transformer import SwinTransformer, WindowAttention
 from torch import nn
 
-from ..fidelity import best_offsets, offset_mass
-from ..filters import Offset
-from ..report import HeadReport, LayerReport
+from ..offsets import Offset, offset_mass
+from ..report import HeadReport, LayerReport, best_offsets
 from .base import PackedQKVLayer
 from .timm_vit import reset_with_timm, torch_defaults_
 

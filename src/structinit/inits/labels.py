@@ -11,6 +11,9 @@ from __future__ import annotations
 import ast
 from typing import Any
 
+from .convmixer import FILTER_METHODS
+from .registry import METHODS, check_options
+
 # Named settings of a method. `impulse` itself is the paper's form (sharp maps, position embedding x18,
 # V/proj mimetic). `impulse-soft` is the setting chosen on the 64-token convergence protocol
 # (docs/convergence.md): soft maps that barely reach images, position embedding and V/proj as the model
@@ -72,9 +75,6 @@ def parse_init(label: str) -> tuple[str, dict[str, Any]]:
     """An init label -> (method, options), e.g. 'impulse-authors[qk_scale=2]' ->
     ('impulse', {'solver': 'authors', ..., 'qk_scale': 2}). Options in brackets override the variant's.
     'default' gives (DEFAULT, {}). Unknown names raise ValueError listing the known ones."""
-    from .filter_inits import FILTER_METHODS
-    from .methods import METHODS, check_options
-
     name, bracket, rest = label.strip().partition("[")
     if bracket and not rest.endswith("]"):
         raise ValueError(f"init label {label!r}: options go in brackets at the end, e.g. impulse[target_fidelity=0.9]")

@@ -16,10 +16,10 @@ import math
 import torch
 from torch import nn
 
-from .adapters.convmixer import ConvMixerAdapter
-from .filters import assign_offsets, kernel_offsets
-from .method_options import FilterOptions
-from .report import HeadReport, LayerReport
+from ..adapters.convmixer import ConvMixerAdapter
+from ..offsets import assign_offsets, kernel_offsets
+from ..report import HeadReport, LayerReport
+from .options import FilterOptions
 
 FILTER_METHODS = ("random", "impulse", "box")
 

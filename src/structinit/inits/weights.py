@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import torch
 
-from .adapters import AttentionLayer
+from ..adapters import AttentionLayer
 from .solvers import balanced_factors
 
 

@@ -1,5 +1,5 @@
-"""Convolution kernels as attention targets: the f x f offsets, their assignment to heads, and the
-impulse attention maps they define on a token grid."""
+"""Convolution kernels as attention targets: the f x f offsets, their assignment to heads, the impulse
+attention maps they define on a token grid, and how much of a map sits on an offset."""
 
 from __future__ import annotations
 
@@ -89,3 +89,15 @@ def impulse_maps(offsets: list[Offset], grid: tuple[int, int]) -> torch.Tensor:
     maps = torch.zeros(len(offsets), n, n)
     maps.scatter_(2, target.unsqueeze(-1), valid.unsqueeze(-1).float())
     return maps
+
+
+def offset_mass(attn: torch.Tensor, offsets: list[Offset], grid: tuple[int, int], num_prefix: int) -> torch.Tensor:
+    """Per head, the mean mass that valid grid queries put on their key at the head's offset.
+
+    attn: (B, heads, T, T) attention maps; offsets: one per head. Returns (heads,).
+    """
+    target, valid = target_indices(offsets, grid)
+    target, valid = target.to(attn.device), valid.to(attn.device)
+    grid_rows = attn[:, :, num_prefix:, :]
+    mass = grid_rows.gather(-1, (target + num_prefix).expand(attn.shape[0], -1, -1).unsqueeze(-1)).squeeze(-1)
+    return ((mass * valid).sum(-1) / valid.sum(-1).clamp_min(1)).mean(0)

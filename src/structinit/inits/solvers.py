@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from .filters import Offset, impulse_maps, target_indices
+from ..offsets import Offset, impulse_maps, target_indices
 
 
 class PseudoInput:

@@ -16,10 +16,10 @@ import math
 
 import torch
 
-from .adapters.swin import SwinAdapter, SwinWindowLayer
-from .filters import Offset, assign_offsets, check_kernel_size
-from .method_options import SwinImpulseOptions
-from .report import LayerReport
+from ..adapters.swin import SwinAdapter, SwinWindowLayer
+from ..offsets import Offset, assign_offsets, check_kernel_size
+from ..report import LayerReport
+from .options import SwinImpulseOptions
 from .weights import write_value_proj, z_sampler
 
 

@@ -262,7 +262,7 @@ class QKNormOptions(MethodOptions):
 
 @dataclass(frozen=True)
 class SwinImpulseOptions(MethodOptions):
-    """Impulse init of Swin v1, through its relative-position bias (swin_init.py)."""
+    """Impulse init of Swin v1, through its relative-position bias (inits/swin.py)."""
 
     what: ClassVar[str] = "Swin's impulse init"
     method: ClassVar[str | None] = "impulse"
@@ -275,7 +275,7 @@ class SwinImpulseOptions(MethodOptions):
 
 @dataclass(frozen=True)
 class MixerImpulseOptions(MethodOptions):
-    """Impulse init of MLP-Mixer's token-mixing MLPs (mixer_init.py)."""
+    """Impulse init of MLP-Mixer's token-mixing MLPs (inits/mixer.py)."""
 
     what: ClassVar[str] = "Mixer's impulse init"
     method: ClassVar[str | None] = "impulse"
@@ -292,7 +292,7 @@ class MixerImpulseOptions(MethodOptions):
 
 @dataclass(frozen=True)
 class FilterOptions(MethodOptions):
-    """ConvMixer's depthwise filter inits (random, impulse, box; filter_inits.py)."""
+    """ConvMixer's depthwise filter inits (random, impulse, box; inits/convmixer.py)."""
 
     what: ClassVar[str] = "the filter inits"
     freeze: bool = option(False, "fix the depthwise convolutions (no gradient, no weight decay)")

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import torch
 
-from .adapters.mixer import MixerAdapter
-from .filters import assign_offsets, check_kernel_size, target_indices
-from .method_options import MixerImpulseOptions
-from .report import LayerReport
+from ..adapters.mixer import MixerAdapter
+from ..offsets import assign_offsets, check_kernel_size, target_indices
+from ..report import LayerReport
+from .options import MixerImpulseOptions
 
 
 def init_mixer_impulse(

@@ -1,0 +1,182 @@
+"""`initialize`: one call for every supported model. Every method draws its randomness from one
+`torch.Generator` seeded by `seed`, solves on the CPU in float64 and writes the model's parameters in
+place, so the same seed gives bit-identical weights on any device."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..adapters import ModelAdapter, unwrap
+from ..adapters.convmixer import ConvMixerAdapter, get_conv_adapter
+from ..errors import first_line
+from ..offsets import check_kernel_size
+from ..report import Report
+from .convmixer import FILTER_METHODS, init_filters
+from .labels import VARIANTS
+from .options import FilterOptions, MethodOptions
+from .registry import family_of
+from .threads import one_torch_thread
+
+
+def initialize(
+    model: nn.Module, method: str, *, kernel_size: int | None = None, seed: int | None = None, **options: Any
+) -> Report:
+    """Initialise `model` in place with `method` and return a report.
+
+    Vision transformers: "timm", "kaiming", "mimetic", "impulse", "qk-norm" (the control: the impulse
+    bundle without its structure); see each `init_*` function for its
+    options. A named setting of a method (options.VARIANTS: "impulse-soft", the soft maps chosen at 64
+    tokens, and "impulse-authors") is taken too, keywords overriding its options. `kernel_size` (default 3)
+    is the f of the f x f kernel: the impulse offsets, and the offsets against which every method's
+    attention maps are measured in the report.
+    Swin v1: "timm", "kaiming", "mimetic", "impulse" (through the relative-position bias,
+    inits/swin.py); MLP-Mixer: "timm", "kaiming", "impulse" (the token-mixing MLP, inits/mixer.py);
+    `structinit init --list-models` lists every family.
+    ConvMixer: "random", "impulse", "box" set its depthwise filters, option `freeze`
+    (see inits/convmixer.py); its kernel size is the model's own.
+    `seed=None` draws a seed from torch's global RNG (so `torch.manual_seed` makes it
+    reproducible); the report records it. The same seed gives bit-identical weights for the same
+    model configuration, however the model was constructed: a ViT's mimetic and impulse inits draw
+    the learned position embedding and prefix tokens, which they read, from the seed's generator
+    (at timm's init); everything else they write is drawn from it too. Of the weights they leave,
+    impulse reads only the patch embedding (with blind_to_content, the maps ignore its span), and
+    with propagate=True every block's output (qk-norm rescales the Q/K it finds: with base="timm" or
+    "kaiming" every weight is drawn from the seed); `structinit init --seed` and the trainer seed the
+    model's construction as well, so their weights repeat exactly. A model wrapped by torch.compile,
+    DistributedDataParallel or DataParallel is initialised through the wrapper (they share weights).
+    """
+    if seed is None:
+        seed = int(torch.randint(2**31 - 1, (1,)))
+    elif isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int or None, got {seed!r}")
+    method, given = _split_method(method, options)
+    model = unwrap(model)
+    if isinstance(model, nn.Module) and any(t.is_meta for t in (*model.parameters(), *model.buffers())):
+        raise ValueError(
+            "the model's weights are on the meta device (no values): materialise it first, e.g. "
+            "model.to_empty(device='cpu'), then initialise it"
+        )
+    try:
+        with _on_cpu(model), one_torch_thread():
+            report = _initialize(model, method, kernel_size, seed, given)
+        failed = ""
+    except torch.linalg.LinAlgError as error:  # a solve on numbers an option made non-finite
+        report, failed = None, f" ({first_line(error)})"
+    bad = _not_finite(model)
+    if bad or failed:
+        listed = f"{len(bad)} tensor(s) not finite ({', '.join(bad[:3])})" if bad else "non-finite numbers"
+        raise ValueError(
+            f"the init {method} made {listed}{failed}: check its options ({given}); the model's weights are "
+            "spoilt, create it again"
+        )
+    return report
+
+
+def _not_finite(model: nn.Module) -> list[str]:
+    """The names of the model's floating-point tensors that hold a NaN or an infinity."""
+    if not isinstance(model, nn.Module):
+        return []
+    tensors = (*model.named_parameters(), *model.named_buffers())
+    return [name for name, t in tensors if t.is_floating_point() and not torch.isfinite(t).all()]
+
+
+@contextlib.contextmanager
+def _on_cpu(model: nn.Module):
+    """Initialise on the CPU (where the generator draws and the solves run in float64) and put the
+    weights back where they were: the same weights whatever the model's device, in place (the same
+    Parameter objects, so an optimiser or DDP built on them keeps them)."""
+    if not isinstance(model, nn.Module):  # the adapters name what they take
+        yield
+        return
+    devices = {p.device for p in model.parameters()} | {b.device for b in model.buffers()}
+    if devices <= {torch.device("cpu")}:
+        yield
+        return
+    if len(devices) > 1:
+        raise ValueError(f"the model is spread over {sorted(map(str, devices))}: initialise it on one device")
+    model.cpu()
+    try:
+        yield
+    finally:
+        model.to(devices.pop())
+
+
+def _initialize(
+    model: nn.Module, method: str, kernel_size: int | None, seed: int, given: dict | MethodOptions
+) -> Report:
+    generator = torch.Generator().manual_seed(seed)
+    conv = get_conv_adapter(model)
+    if conv is not None:
+        return _initialize_filters(model, conv, method, kernel_size, seed, generator, given)
+    kernel_size = 3 if kernel_size is None else kernel_size
+    family, adapter = family_of(model)
+    if method not in family.methods:
+        hint = " (a ConvMixer filter init)" if method in FILTER_METHODS else ""
+        raise ValueError(
+            f"unknown init method {method!r}{hint} for {adapter.family}; choose one of {', '.join(family.methods)}"
+        )
+    init = family.methods[method]
+    resolved = _resolve(init.options, method, given)
+    check_kernel_size(kernel_size, adapter.grid)
+    start = time.perf_counter()
+    with torch.no_grad():
+        base = getattr(resolved, "base", "keep")  # the layers a structured init does not set
+        if base != "keep":
+            (adapter.reset_timm if base == "timm" else adapter.reset_kaiming)(generator)
+        if isinstance(adapter, ModelAdapter) and method not in ("timm", "kaiming"):  # those two redraw all
+            adapter.redraw_embeddings(generator)
+        layers = init.run(adapter, generator, kernel_size=kernel_size, options=resolved)
+    seconds = time.perf_counter() - start
+    record = {"kernel_size": kernel_size, **resolved.to_dict()}
+    return Report(method, type(model).__name__, layers, seconds, seed, record, family.measured_on, family.unit)
+
+
+def _split_method(method: str | MethodOptions, options: dict[str, Any]) -> tuple[str, dict | MethodOptions]:
+    """`initialize`'s method and options: a name and keywords, or an options instance (its method implied)."""
+    if isinstance(method, MethodOptions):
+        if method.method is None:
+            name = type(method).__name__
+            raise TypeError(f"{name} serves several methods: give the method's name, and the options as keywords")
+        if options:
+            raise TypeError("give the options either as an options object or as keywords, not both")
+        return method.method, method
+    if not isinstance(method, str):
+        raise TypeError(f"method must be a name such as 'impulse' or an options object, got {method!r}")
+    if method in VARIANTS:  # a named setting of a method, e.g. impulse-soft; keywords override it
+        return VARIANTS[method][0], {**VARIANTS[method][1], **options}
+    return method, options
+
+
+def _resolve(cls: type[MethodOptions], method: str, given: dict | MethodOptions) -> MethodOptions:
+    if isinstance(given, MethodOptions):
+        if type(given) is not cls:
+            raise TypeError(f"this model's {method!r} init takes {cls.__name__}, got {type(given).__name__}")
+        return given
+    return cls.build(method, given)
+
+
+def _initialize_filters(
+    model: nn.Module,
+    adapter: ConvMixerAdapter,
+    method: str,
+    kernel_size: int | None,
+    seed: int,
+    generator: torch.Generator,
+    given: dict | MethodOptions,
+) -> Report:
+    if kernel_size is not None and kernel_size != adapter.kernel_size:
+        raise ValueError(
+            f"kernel_size {kernel_size} does not match this ConvMixer's {adapter.kernel_size} x "
+            f"{adapter.kernel_size} depthwise filters (create the model with kernel_size={kernel_size})"
+        )
+    options = _resolve(FilterOptions, method, given)
+    start = time.perf_counter()
+    with torch.no_grad():
+        layers = init_filters(adapter, method, generator, options)
+    record = {"kernel_size": adapter.kernel_size, **options.to_dict()}
+    return Report(method, type(model).__name__, layers, time.perf_counter() - start, seed, record, "filters", "filter")

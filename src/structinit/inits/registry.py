@@ -1,0 +1,130 @@
+"""Which inits each model family takes, and their options classes: `METHODS` (the plain ViTs) and the
+families beside them (Swin, MLP-Mixer; ConvMixer's filter inits)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any
+
+from torch import nn
+
+from ..adapters import ModelAdapter, get_adapter
+from ..adapters.mixer import MixerAdapter
+from ..adapters.swin import SwinAdapter
+from ..report import LayerReport
+from .baselines import init_kaiming, init_mimetic, init_timm
+from .convmixer import FILTER_METHODS
+from .impulse import init_impulse, init_qk_norm
+from .mixer import init_mixer_impulse
+from .options import (
+    FilterOptions,
+    ImpulseOptions,
+    MethodOptions,
+    MimeticOptions,
+    MixerImpulseOptions,
+    NoOptions,
+    QKNormOptions,
+    SwinImpulseOptions,
+)
+from .swin import init_swin_impulse
+
+
+@dataclass(frozen=True)
+class InitMethod:
+    """An init: the function that writes the weights, and the class of its options."""
+
+    run: Callable[..., list[LayerReport]]
+    options: type[MethodOptions]
+
+
+TIMM = InitMethod(init_timm, NoOptions)
+KAIMING = InitMethod(init_kaiming, NoOptions)
+MIMETIC = InitMethod(init_mimetic, MimeticOptions)
+METHODS: dict[str, InitMethod] = {
+    "timm": TIMM,
+    "kaiming": KAIMING,
+    "mimetic": MIMETIC,
+    "impulse": InitMethod(init_impulse, ImpulseOptions),
+    "qk-norm": InitMethod(init_qk_norm, QKNormOptions),
+}
+
+
+@dataclass(frozen=True)
+class Family:
+    """A model family beside the plain ViTs: its adapter, its inits, and how its report measures."""
+
+    adapter: type
+    methods: dict[str, InitMethod]
+    measured_on: str
+    unit: str = "head"
+
+
+VIT_FAMILY = Family(ModelAdapter, METHODS, "pseudo input")
+FAMILIES = [
+    Family(
+        SwinAdapter,
+        {
+            "timm": TIMM,
+            "kaiming": KAIMING,
+            "mimetic": MIMETIC,
+            "impulse": InitMethod(init_swin_impulse, SwinImpulseOptions),
+        },
+        "window pseudo input",
+    ),
+    Family(
+        MixerAdapter,
+        {"timm": TIMM, "kaiming": KAIMING, "impulse": InitMethod(init_mixer_impulse, MixerImpulseOptions)},
+        "unit impulses",
+        "token mixer",
+    ),
+]
+
+
+def option_classes(method: str) -> list[type[MethodOptions]]:
+    """The options classes of `method` across the families (e.g. impulse: ViT, Swin, Mixer, ConvMixer)."""
+    families = [VIT_FAMILY, *FAMILIES]
+    classes = [family.methods[method].options for family in families if method in family.methods]
+    if method in FILTER_METHODS:
+        classes.append(FilterOptions)
+    return list(dict.fromkeys(classes))
+
+
+def check_options(method: str, options: dict[str, Any]) -> None:
+    """Fail now, by name, on options that no family's `method` takes (an init label, before a grid
+    starts); the model's own family checks them again when it is initialised."""
+    classes, errors = option_classes(method), []
+    for cls in classes:
+        try:
+            cls.build(method, options)
+            return
+        except (TypeError, ValueError) as error:
+            errors.append(error)
+    known = sorted({f.name for cls in classes for f in fields(cls)})
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        listed = ", ".join(known) or "none"
+        raise TypeError(f"unknown option(s) {', '.join(unknown)} for method {method!r}; its options are: {listed}")
+    raise errors[0]
+
+
+def options_then_and_now(
+    method: str, given: dict[str, Any], recorded: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(what a run's recorded options were, what `method` with `given` options resolves to today), in the
+    options class of the run's family (the smallest holding every recorded field); None where none does. A
+    run made before an option existed recorded none of it and did what the option's default does."""
+    names = set(recorded) - {"kernel_size"}
+    for cls in sorted(option_classes(method), key=lambda c: len(fields(c))):
+        if names <= {f.name for f in fields(cls)}:
+            now = cls.build(method, {k: v for k, v in given.items() if k != "kernel_size"}).to_dict()
+            then = {**cls().to_dict(), **{k: v for k, v in recorded.items() if k in now}}
+            return then, now
+    return None
+
+
+def family_of(model: nn.Module) -> tuple[Family, Any]:
+    for family in FAMILIES:
+        if family.adapter.matches(model):
+            return family, family.adapter(model)
+    return VIT_FAMILY, get_adapter(model)
