@@ -7,6 +7,7 @@ import errno
 import json
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 import time
@@ -67,7 +68,6 @@ def finished(tmp_path_factory) -> Path:
 
 
 def copy_run(run: Path, to: Path) -> Path:
-    import shutil
 
     shutil.copytree(run, to, ignore=shutil.ignore_patterns(".lock"))
     return to
@@ -286,6 +286,53 @@ def test_a_run_leaves_no_lock_file_finished_or_refused_and_a_lock_removed_under_
     monkeypatch.setattr(fcntl, "flock", holder_leaves_just_then)
     with RunLock(tmp_path / "free") as lock:
         assert len(locked) == 2 and os.fstat(lock.file.fileno()).st_ino == (tmp_path / "free" / ".lock").stat().st_ino
+
+
+def test_a_resume_refuses_files_ahead_of_it_that_the_run_did_not_write(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", *FLAGS, "--epochs", "3", "--stop-after", "1", "--out", str(run)]) == 0
+    (run / "snapshots").mkdir()
+    (run / "snapshots" / "epoch_0003.pt").write_text("mine")
+    before = files(run)
+    assert main(["train", "--out", str(run), "--resume", "--snapshot-epochs", "3", "--quiet"]) == 2
+    one_line(capsys, "snapshots/epoch_0003.pt is not this run's (it is at epoch 1)", "move it away")
+    assert files(run) == before
+    (run / "snapshots" / "epoch_0003.pt").unlink()
+    (run / "prev.pt").write_text("mine")  # the run has no prev.pt yet after one epoch
+    before = files(run)
+    assert main(["train", "--out", str(run), "--resume", "--quiet"]) == 2
+    one_line(capsys, "prev.pt is not this run's")
+    assert files(run) == before
+    (run / "prev.pt").unlink()
+    assert main(["train", "--out", str(run), "--resume", "--stop-after", "2", "--quiet"]) == 0
+    assert main(["train", "--out", str(run), "--resume", "--lr", "5e-4", "--quiet"]) == 0  # its own prev.pt
+
+
+def test_a_resume_stopped_before_its_first_checkpoint_leaves_no_logger_file(tmp_path, monkeypatch):
+    pytest.importorskip("tensorboard")
+    run = tmp_path / "run"
+    train(TrainConfig(**FAST, epochs=3, stop_after=1, out=str(run)))
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("structinit.train.Run.train_epoch", crash)
+    with pytest.raises(KeyboardInterrupt):
+        train(resume_config(run, log=["tensorboard"]))
+    monkeypatch.undo()
+    assert not (run / "tensorboard").exists()
+    train(resume_config(run, log=["tensorboard"], stop_after=2))
+    assert len(list((run / "tensorboard").iterdir())) == 1
+    assert {p.name for p in clear_run(run)} >= {"last.pt", "metrics.jsonl"}  # its events are its own
+
+
+def test_a_hard_linked_copy_of_a_run_gets_a_lock_of_its_own(tmp_path):
+    original = tmp_path / "a"
+    original.mkdir()
+    (original / ".lock").write_text("pid 1 (run)")  # left by kill -9
+    subprocess.run(["cp", "-al", str(original), str(tmp_path / "b")], check=True)
+    with RunLock(original), RunLock(tmp_path / "b"):
+        assert (original / ".lock").stat().st_ino != (tmp_path / "b" / ".lock").stat().st_ino
 
 
 # --- no file runs code ------------------------------------------------------------------------------
@@ -651,6 +698,105 @@ def test_compare_never_takes_or_reruns_a_config_no_run_wrote(tmp_path, capsys):
         assert main([*GRID, "--epochs", "1", "--out", str(tmp_path), *extra]) == 2
         one_line(capsys, "config.yaml was not written by a run: use another --out")
     assert files(run) == before
+
+
+@pytest.fixture(scope="module")
+def finished_grid(tmp_path_factory) -> Path:
+    """A finished grid of one 2-epoch run (timm, seed 0, 10 per class)."""
+    out = tmp_path_factory.mktemp("grid")
+    compare(TrainConfig(**{**FAST, "per_class": None}, epochs=2), ["timm"], [0], [10], out)
+    return out
+
+
+def _edit_summary(run: Path) -> None:
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**summary, "test_top1": 99.0}))
+
+
+def _tear_the_last_line(run: Path) -> None:
+    text = (run / "metrics.jsonl").read_text()
+    (run / "metrics.jsonl").write_text(text[:-40])
+
+
+def _edit_config(run: Path) -> None:
+    text = (run / "config.yaml").read_text()
+    (run / "config.yaml").write_text(text.replace("lr: 0.001\n", "lr: 0.002\n"))
+
+
+def _strip_a_line(run: Path) -> None:
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    (run / "metrics.jsonl").write_text("\n".join(['{"epoch": 1}', *lines[1:]]) + "\n")
+
+
+@pytest.mark.parametrize(
+    "damage, message, repaired",
+    [
+        (_edit_summary, "summary.json is not the run's", True),
+        (lambda run: (run / "summary.json").write_text("{}"), "ends at epoch 2, its summary.json at None", True),
+        (_tear_the_last_line, "metrics.jsonl ends at epoch 1, its summary.json at 2", True),
+        (_edit_config, "config.yaml says other --lr than its last.pt", True),
+        (_strip_a_line, "has a damaged record (KeyError('epoch_seconds')", False),
+    ],
+    ids=["edited summary", "empty summary", "torn last line", "edited config", "line without its numbers"],
+)
+def test_compare_tabulates_only_a_whole_record(finished_grid, tmp_path, capsys, damage, message, repaired):
+    out = tmp_path / "grid"
+
+    shutil.copytree(finished_grid, out)
+    run = out / "per_class_10" / "timm-seed0"
+    damage(run)
+    argv = [*GRID, "--epochs", "2", "--out", str(out)]
+    assert main([*argv, "--lr", "0.002"] if damage is _edit_config else argv) == 2  # the recipe it now says
+    one_line(capsys, message, "structinit train --resume --out RUN puts it back")
+    if repaired:
+        if "summary" in message:
+            (run / "summary.json").unlink()
+        assert main(["train", "--resume", "--out", str(run), "--quiet"]) == 0
+        assert main(argv) == 0
+        assert "99.0" not in (out / "results.csv").read_text()
+
+
+@pytest.mark.parametrize("event", ['{"event": "resume", "changed": "x"}', '{"event": "resume", "changed": {"lr": 5}}'])
+def test_a_damaged_resume_event_is_named_by_its_line(finished_grid, tmp_path, capsys, event):
+    out = tmp_path / "grid"
+    shutil.copytree(finished_grid, out)
+    log = out / "per_class_10" / "timm-seed0" / "metrics.jsonl"
+    log.write_text(log.read_text() + event + "\n" + log.read_text().splitlines()[-1] + "\n")
+    assert main([*GRID, "--epochs", "2", "--out", str(out)]) == 2
+    one_line(capsys, "metrics.jsonl line 3 is not an epoch or event record", "remove the damaged line")
+
+
+def test_a_moved_grid_whose_run_has_no_checkpoint_is_named_not_deleted(tmp_path, capsys, monkeypatch):
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("structinit.train.Run.train_epoch", crash)
+    with pytest.raises(KeyboardInterrupt):
+        compare(TrainConfig(**{**FAST, "per_class": None}, epochs=2), ["timm"], [0], [10], tmp_path / "old")
+    monkeypatch.undo()
+    (tmp_path / "old").rename(tmp_path / "new")
+    run = tmp_path / "new" / "per_class_10" / "timm-seed0"
+    before = files(run)
+    assert main([*GRID, "--epochs", "2", "--out", str(tmp_path / "new")]) == 2
+    one_line(capsys, "holds the start of a run of another directory", "delete that folder to train the run here")
+    assert files(run) == before
+
+
+def test_sigterm_stops_a_parallel_grid_at_once_and_leaves_no_lock(tmp_path):
+    out = tmp_path / "grid"
+    command = [sys.executable, "-m", "structinit", *GRID[:-4], "--inits", "timm,kaiming", "--seeds", "0,1"]
+    command += ["--parallel", "2", "--threads", "1", "--epochs", "400", "--out", str(out)]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    start = time.monotonic()
+    while process.poll() is None and not list(out.glob("*/*/last.pt")) and time.monotonic() - start < 300:
+        time.sleep(0.1)
+    process.terminate()
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130 and "interrupted" in err, err
+    runs = [p.parent for p in out.glob("*/*/config.yaml")]
+    assert len(runs) == 2  # the other two never started
+    assert not list(out.glob("*/*/summary.json"))  # stopped, not trained to the end
+    assert not list(out.rglob(".lock")) and not list(out.rglob("*.tmp*"))
 
 
 def test_a_moved_grid_is_compared_and_resumed_but_its_runs_are_not_rerun(tmp_path, capsys):

@@ -25,8 +25,9 @@ from typing import Any
 
 import torch
 
+from .checkpoint import load_checkpoint
 from .data import parse_spec
-from .launch import Cluster, TrainJob, run_on_cluster
+from .launch import Cluster, LocalJob, run_on_cluster
 from .provenance import ENVIRONMENT
 from .rundir import (
     MetricsLog,
@@ -38,6 +39,7 @@ from .rundir import (
     identity,
     load_yaml,
     read_record,
+    summary_of_the_run,
     written_by_a_run,
 )
 from .train import TrainConfig, read_config, train
@@ -165,6 +167,11 @@ def _check_same_recipe(config: TrainConfig, rerun: bool) -> None:
         return
     if not written_by_a_run(path):  # a moved grid's runs are taken; only their own files may be deleted
         raise RunError(f"{path} was not written by a run: use another --out (it stays as it is)")
+    if not written_by_a_run(path, Path(config.out)) and not (Path(config.out) / "last.pt").exists():
+        raise RunError(
+            f"{config.out} holds the start of a run of another directory (moved or copied here) and no checkpoint "
+            "to go on from: delete that folder to train the run here (structinit deletes only its own files)"
+        )
     saved = identity(dataclasses.asdict(read_config(path)))
     asked = identity(dataclasses.asdict(config))
     listed = ", ".join(f"{flag(k)} {saved.get(k)!r} (now {asked[k]!r})" for k in asked if saved.get(k) != asked[k])
@@ -237,19 +244,24 @@ def _run_all(
     context = multiprocessing.get_context("spawn")  # no forked torch thread pools
     progress = _GridProgress(todo, disable=quiet)
     with ProcessPoolExecutor(parallel, mp_context=context) as pool:
-        futures = {pool.submit(TrainJob(threads), c): c for c in todo}
+        futures = {pool.submit(LocalJob(threads), c): c for c in todo}
         pending = set(futures)
-        while pending:
-            done, pending = wait(pending, timeout=2, return_when=FIRST_COMPLETED)
-            for future in done:
-                if future.exception() is not None:
-                    for other in pending:
-                        other.cancel()
-                    progress.close()
-                    raise future.exception()
-                progress.write(finished(futures[future], future.result()))
-            progress.update()
-    progress.close()
+        try:
+            while pending:
+                done, pending = wait(pending, timeout=2, return_when=FIRST_COMPLETED)
+                for future in done:
+                    if future.exception() is not None:
+                        raise future.exception()
+                    progress.write(finished(futures[future], future.result()))
+                progress.update()
+        except BaseException:  # a failed run, Ctrl-C or SIGTERM: no run starts, the running ones stop cleanly
+            for future in pending:
+                future.cancel()
+            for child in multiprocessing.active_children():
+                child.terminate()  # SIGTERM: an interrupt in LocalJob, which cleans up
+            raise
+        finally:
+            progress.close()
 
 
 class _GridProgress:
@@ -291,44 +303,78 @@ def _spread_over_gpus(configs: list[TrainConfig]) -> list[TrainConfig]:
 def collect(out: Path) -> list[dict[str, Any]]:
     """One row per finished run under `out`, with its per-epoch curve, its best top-1 and its time to
     accuracy. `split` is what it was evaluated on: 'test', or 'val' for a run with a validation split;
-    `device` and `precision` where it ran (CPU figures differ between CPUs, bf16 or fp32)."""
+    `device` and `precision` where it ran (CPU figures differ between CPUs, bf16 or fp32). A record that
+    does not hold together (summary, log, config and checkpoint) is refused, naming the run and the fix."""
     rows = []
     for summary_path in sorted(out.glob("*/*/summary.json")):
         path = summary_path.parent
-        summary = read_record(summary_path, SUMMARY_FIX)
-        resolved = read_config(path / "config.yaml")
-        config = json.loads(json.dumps(dataclasses.asdict(resolved)))
-        ran = load_yaml((path / "config.yaml").read_text()).get(ENVIRONMENT, {})
-        split = resolved.eval_split
-        curve = MetricsLog(path).epochs()
-        top1_curve = [(m["epoch"], m[f"{split}_top1"]) for m in curve if f"{split}_top1" in m]
-        rows.append(
-            {
-                "dataset": dataset_name(config["data"]),
-                "model": config["model"],
-                "heads": _heads(path),
-                "per_class": config["per_class"] or "",
-                "init": config["init"],
-                "seed": config["seed"],
-                "epochs": summary["epochs_done"],
-                "split": split,
-                "top1": round(summary[f"{split}_top1"], 3),
-                "best_top1": round(max(t for _, t in top1_curve), 3),
-                "top5": round(summary[f"{split}_top5"], 3),
-                "secs": round(sum(m["epoch_seconds"] for m in curve), 1),
-                # wall-clock from the first epoch's start to the last record (evaluations included)
-                "wall_secs": round(curve[-1]["time"] - curve[0]["time"] + curve[0]["epoch_seconds"], 1),
-                "train_loss": round(curve[-1]["train_loss"], 4),
-                "steps": curve[-1].get("step", ""),
-                "recipe": _recipe(resolved, path),
-                "device": ran.get("device_name", ""),
-                "precision": ran.get("amp_dtype", ""),
-                "curve": top1_curve,
-                "loss_curve": [(m["epoch"], m["train_loss"]) for m in curve],
-            }
-        )
+        summary, resolved, curve = _checked_record(path)
+        try:
+            rows.append(_row(path, summary, resolved, curve))
+        except (KeyError, TypeError, ValueError) as error:
+            raise RunError(
+                f"{path} has a damaged record ({error!r} in summary.json or metrics.jsonl): {REPAIR}"
+            ) from None
     time_to_accuracy(rows)
     return rows
+
+
+# how a finished run's record is put back together from its checkpoint
+REPAIR = "structinit train --resume --out RUN puts it back from its checkpoint (delete a damaged summary.json first)"
+
+
+def _checked_record(path: Path) -> tuple[dict[str, Any], TrainConfig, list[dict[str, Any]]]:
+    """A finished run's summary, config and epoch lines, once they agree: the log ends at the summary's
+    epoch with the summary's metrics, and config.yaml says what its last.pt trained."""
+    summary = read_record(path / "summary.json", SUMMARY_FIX)
+    resolved = read_config(path / "config.yaml")
+    curve = MetricsLog(path).epochs()
+    done = summary.get("epochs_done")
+    if not curve or curve[-1]["epoch"] != done:
+        last = curve[-1]["epoch"] if curve else "none"
+        raise RunError(f"{path}/metrics.jsonl ends at epoch {last}, its summary.json at {done!r}: {REPAIR}")
+    if not summary_of_the_run(path, summary):
+        raise RunError(f"{path}/summary.json is not the run's (its metrics are not the log's epoch {done}): {REPAIR}")
+    if (path / "last.pt").exists():
+        # as plain JSON values: a tuple in the checkpoint is a list in YAML
+        trained = json.loads(json.dumps(identity(load_checkpoint(path / "last.pt", mmap=True)["config"])))
+        said = json.loads(json.dumps(identity(dataclasses.asdict(resolved))))
+        differ = [flag(k) for k in sorted(trained.keys() | said.keys()) if trained.get(k) != said.get(k)]
+        if differ:
+            raise RunError(
+                f"{path}/config.yaml says other {', '.join(differ)} than its last.pt (what was trained): {REPAIR}"
+            )
+    return summary, resolved, curve
+
+
+def _row(path: Path, summary: dict[str, Any], resolved: TrainConfig, curve: list[dict[str, Any]]) -> dict[str, Any]:
+    config = json.loads(json.dumps(dataclasses.asdict(resolved)))
+    ran = load_yaml((path / "config.yaml").read_text()).get(ENVIRONMENT, {})
+    split = resolved.eval_split
+    top1_curve = [(m["epoch"], m[f"{split}_top1"]) for m in curve if f"{split}_top1" in m]
+    return {
+        "dataset": dataset_name(config["data"]),
+        "model": config["model"],
+        "heads": _heads(path),
+        "per_class": config["per_class"] or "",
+        "init": config["init"],
+        "seed": config["seed"],
+        "epochs": summary["epochs_done"],
+        "split": split,
+        "top1": round(summary[f"{split}_top1"], 3),
+        "best_top1": round(max(t for _, t in top1_curve), 3),
+        "top5": round(summary[f"{split}_top5"], 3),
+        "secs": round(sum(m["epoch_seconds"] for m in curve), 1),
+        # wall-clock from the first epoch's start to the last record (evaluations included)
+        "wall_secs": round(curve[-1]["time"] - curve[0]["time"] + curve[0]["epoch_seconds"], 1),
+        "train_loss": round(curve[-1]["train_loss"], 4),
+        "steps": curve[-1].get("step", ""),
+        "recipe": _recipe(resolved, path),
+        "device": ran.get("device_name", ""),
+        "precision": ran.get("amp_dtype", ""),
+        "curve": top1_curve,
+        "loss_curve": [(m["epoch"], m["train_loss"]) for m in curve],
+    }
 
 
 def _recipe(config: TrainConfig, run: Path) -> str:

@@ -8,6 +8,7 @@ job is: train one run, and when SLURM stops it, be requeued to resume from the r
 from __future__ import annotations
 
 import dataclasses
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -95,6 +96,28 @@ class TrainJob:
         from submitit.helpers import DelayedSubmission
 
         return DelayedSubmission(TrainJob(self.threads), config)
+
+
+class LocalJob(TrainJob):
+    """A --parallel worker's run. Ctrl-C or SIGTERM (the grid stopping it) is one interrupt: the run
+    cleans up (its lock, temporary files) undisturbed by a second signal, and the worker starts no
+    other run."""
+
+    def __call__(self, config: TrainConfig) -> dict[str, Any]:
+        if _STOPPED:
+            raise KeyboardInterrupt
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, _interrupt_once)
+        return super().__call__(config)
+
+
+_STOPPED: list[int] = []  # the signal that stopped this worker
+
+
+def _interrupt_once(signum: int, frame: Any) -> None:
+    if not _STOPPED:
+        _STOPPED.append(signum)
+        raise KeyboardInterrupt
 
 
 def run_on_cluster(

@@ -8,6 +8,7 @@ RUN/wandb_id), so neither shows an epoch twice after a crash.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import uuid
 from pathlib import Path
@@ -24,15 +25,25 @@ def check_loggers(names: list[str]) -> None:
 
 class Loggers:
     """The loggers `names` (checked by TrainConfig) of the run in `out`, which starts after epoch `start`
-    (0: a fresh run)."""
+    (0: a fresh run). They open at the first epoch logged, after its checkpoint and record: a run
+    stopped before then leaves no logger file its record does not name."""
 
     def __init__(self, names: list[str], out: Path, settings: dict[str, Any], start: int) -> None:
+        self.names, self.out, self.settings, self.start = names, out, settings, start
+        for name, install in (("tensorboard", "'structinit[log]'"), ("wandb", "wandb")):
+            if name in names and importlib.util.find_spec(name) is None:
+                raise ImportError(f"--log {name} needs {name}: pip install {install}")
         self.writer = self.wandb_run = None
-        if "tensorboard" in names:
+        self.opened = False
+
+    def _open(self) -> None:
+        self.opened = True
+        out = self.out
+        if "tensorboard" in self.names:
             from torch.utils.tensorboard import SummaryWriter  # needs tensorboard: pip install 'structinit[log]'
 
-            self.writer = SummaryWriter(str(out / "tensorboard"), purge_step=start + 1 if start else None)
-        if "wandb" in names:
+            self.writer = SummaryWriter(str(out / "tensorboard"), purge_step=self.start + 1 if self.start else None)
+        if "wandb" in self.names:
             import wandb  # pip install wandb
 
             id_file = out / "wandb_id"
@@ -44,10 +55,12 @@ class Loggers:
                 id=id_file.read_text().strip(),
                 resume="allow",
                 dir=str(out),
-                config=settings,
+                config=self.settings,
             )
 
     def log(self, metrics: dict[str, Any]) -> None:
+        if not self.opened:
+            self._open()
         epoch = metrics["epoch"]
         scalars = {
             k: v

@@ -16,6 +16,7 @@ it can prove they are its unfinished work, and never anything else in the direct
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -85,6 +86,9 @@ class RunLock:
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / ".lock"
         while self.file is None:
+            with contextlib.suppress(FileNotFoundError):
+                if path.stat().st_nlink > 1:  # shared with a hard-linked copy: this directory gets its own
+                    path.unlink()
             file = open(path, "a+")
             try:
                 fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -182,9 +186,7 @@ class MetricsLog:
                 if number == len(lines):
                     continue
                 raise RunError(f"{self.path} line {number} is damaged (not JSON): {self.FIX}") from None
-            if not isinstance(record, dict) or not (
-                isinstance(record.get("epoch"), int) or isinstance(record.get("event"), str)
-            ):
+            if not _is_record(record):
                 raise RunError(f"{self.path} line {number} is not an epoch or event record: {self.FIX}")
             records.append(record)
         return records
@@ -227,6 +229,23 @@ class MetricsLog:
         """Whether appending would write into another file too: a link, or a hard-linked copy of a
         run (`cp -al`); reconcile then writes the log anew, as this run's own file."""
         return self.path.is_symlink() or self.path.stat().st_nlink > 1
+
+
+def _is_record(record: Any) -> bool:
+    """An epoch's line ({"epoch": int, numbers...}) or an event; a resume event names what it changed
+    as {setting: [before, after]} after an epoch."""
+    if not isinstance(record, dict):
+        return False
+    if "event" not in record:
+        return isinstance(record.get("epoch"), int) and not isinstance(record["epoch"], bool)
+    if record["event"] != "resume":
+        return isinstance(record["event"], str)
+    changed = record.get("changed")
+    return (
+        isinstance(record.get("after_epoch"), int)
+        and isinstance(changed, dict)
+        and all(isinstance(v, list) and len(v) == 2 for v in changed.values())
+    )
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -353,7 +372,8 @@ def clear_temporaries(out: Path) -> list[Path]:
 def summary_of_the_run(out: Path, summary: dict[str, Any]) -> bool:
     """Whether `summary` is what the run of `out` wrote when it finished: its metrics are those its log
     holds for the epoch it says the run ended at."""
-    line = {r["epoch"]: r for r in MetricsLog(out).epochs()}.get(summary.get("epochs_done"))
+    done = summary.get("epochs_done")
+    line = {r["epoch"]: r for r in MetricsLog(out).epochs()}.get(done) if isinstance(done, int) else None
     return line is not None and all(summary.get(k) == v for k, v in line.items())
 
 

@@ -48,6 +48,7 @@ from .provenance import ENVIRONMENT, environment
 from .report import Report
 from .rundir import (
     RESULTS,
+    RESUMABLE,
     MetricsLog,
     RunError,
     RunLock,
@@ -481,6 +482,25 @@ class Run:
                 self.out.mkdir(parents=True, exist_ok=True)
                 _write_config(self.out, dataclasses.asdict(config), env)
             return None
+        checkpoint = self.load_last()
+        done = checkpoint["epoch"]
+        saved = TrainConfig(**{**config_values(checkpoint["config"], "last.pt"), "resume": True})
+        changes = self.allowed_changes(saved, done)
+        self.checkpointed = done
+        if self.world.main:
+            self.refuse_files_ahead(saved, done)
+            clear_temporaries(self.out)
+            self.log.reconcile(done, checkpoint_lines(checkpoint))
+            before = self.repair_record(saved, done)
+            if changes:
+                self.pending.append({"event": "resume", "after_epoch": done, "changed": changes})
+            if env != before:  # resumed elsewhere: config.yaml says where it goes on, the log where it was
+                self.pending.append({"event": "environment", "after_epoch": done, ENVIRONMENT: env})
+            self.rewrite_config = True  # with the first checkpoint, where the file says otherwise
+            self.env = env
+        return checkpoint
+
+    def load_last(self) -> dict[str, Any]:
         if not self.checkpoint_path.exists():
             held = [name for name in RESULTS if (self.out / name).exists()]
             if held:
@@ -492,9 +512,12 @@ class Run:
                 f"{self.out} has no checkpoint yet (it stopped before its first epoch ended): "
                 "run it again without --resume"
             )
-        checkpoint = load_checkpoint(self.checkpoint_path)
-        done = checkpoint["epoch"]
-        saved = TrainConfig(**{**config_values(checkpoint["config"], "last.pt"), "resume": True})
+        return load_checkpoint(self.checkpoint_path)
+
+    def allowed_changes(self, saved: TrainConfig, done: int) -> dict[str, list[Any]]:
+        """What this resume changes of the run (resume_changes), refusing changes that would train
+        nothing, a --stop-after it is past and snapshot epochs it is past."""
+        config = self.config
         changes = resume_changes(dataclasses.asdict(saved), dataclasses.asdict(config), done)
         if changes and done >= self.last_epoch:
             if "epochs" in changes:
@@ -519,18 +542,27 @@ class Run:
                 f"--snapshot-epochs {','.join(map(str, past))}: the run is past them (it has done {done} epochs) "
                 "and did not keep them: list only later epochs"
             )
-        self.checkpointed = done
-        if self.world.main:
-            clear_temporaries(self.out)
-            self.log.reconcile(done, checkpoint_lines(checkpoint))
-            before = self.repair_record(saved, done)
-            if changes:
-                self.pending.append({"event": "resume", "after_epoch": done, "changed": changes})
-            if env != before:  # resumed elsewhere: config.yaml says where it goes on, the log where it was
-                self.pending.append({"event": "environment", "after_epoch": done, ENVIRONMENT: env})
-            self.rewrite_config = True  # with the first checkpoint, where the file says otherwise
-            self.env = env
-        return checkpoint
+        return changes
+
+    def refuse_files_ahead(self, saved: TrainConfig, done: int) -> None:
+        """Refuse files the run would write over that it has not written: a snapshot of an epoch it has not
+        reached, a prev.pt that is not its checkpoint before last.pt."""
+        ahead = [snapshot_path(self.out, e) for e in self.config.snapshot_epochs if e > done]
+        ahead = [path for path in ahead if path.exists()]
+        prev = self.out / "prev.pt"
+        if prev.exists():
+            try:
+                before = load_checkpoint(prev, mmap=True)
+                ours = before["epoch"] <= done and _same_run(before["config"], dataclasses.asdict(saved))
+            except (RunError, TypeError, KeyError):
+                ours = False
+            if not ours:
+                ahead.append(prev)
+        if ahead:
+            raise RunError(
+                f"{ahead[0]} is not this run's (it is at epoch {done}), and the run would write over it: move it "
+                "away (it stays as it is), then --resume"
+            )
 
     def repair_record(self, saved: TrainConfig, done: int) -> dict[str, Any] | None:
         """Make config.yaml and summary.json agree with the checkpoint (a crash between a checkpoint and
@@ -887,6 +919,12 @@ def prefer_math_attention(model: nn.Module, device: torch.device, amp_dtype: tor
         for module in model.modules():
             if isinstance(getattr(module, "fused_attn", None), bool):
                 module.fused_attn = False
+
+
+def _same_run(one: dict[str, Any], other: dict[str, Any]) -> bool:
+    """Whether two configs are of one run: the same identity, but for what a resume may change."""
+    fixed = [json.loads(json.dumps({k: v for k, v in identity(c).items() if k not in RESUMABLE})) for c in (one, other)]
+    return fixed[0] == fixed[1]
 
 
 def _write_config(out: Path, values: dict[str, Any], env: dict[str, Any], if_changed: bool = False) -> None:
