@@ -31,7 +31,7 @@ from PIL import Image
 
 import structinit
 from structinit.inits import api as init_api
-from structinit.provenance import cpu_model
+from structinit.training.provenance import cpu_model
 
 ROOT = Path(__file__).resolve().parents[1]
 CIFAR = ROOT.parent / "shared" / "datasets" / "cifar10"

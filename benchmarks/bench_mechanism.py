@@ -45,12 +45,12 @@ from torch import nn
 
 import structinit
 from structinit.adapters import get_adapter
-from structinit.data import load_data
-from structinit.experiments import write_generated_section
+from structinit.data.datasets import load_data
 from structinit.fidelity import attention_entropy, layer_inputs
+from structinit.inspection.rank import feature_ranks
 from structinit.offsets import offset_mass
-from structinit.rank import feature_ranks
-from structinit.train import TrainConfig, build_model, normalise_for, normalised_test_images, read_config
+from structinit.studies.grid import write_generated_section
+from structinit.training.run import TrainConfig, build_model, normalise_for, normalised_test_images, read_config
 
 DATA = "cifar10:../shared/datasets/cifar10"
 INITS = [

@@ -43,8 +43,8 @@ from timm.scheduler import CosineLRScheduler
 from torchvision import datasets, transforms
 
 import structinit
-from structinit.data import stratified_subset
-from structinit.train import TrainConfig, resolve_amp, train
+from structinit.data.datasets import stratified_subset
+from structinit.training.run import TrainConfig, resolve_amp, train
 
 ROOT = Path(__file__).resolve().parents[1]
 CIFAR = ROOT.parent / "shared" / "datasets" / "cifar10"

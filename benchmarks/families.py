@@ -19,9 +19,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from structinit.experiments import collect, compare, results_markdown, run_dir, write_generated_section
 from structinit.models import create_model
-from structinit.train import TrainConfig
+from structinit.studies.grid import collect, compare, results_markdown, run_dir, write_generated_section
+from structinit.training.run import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 INITS = ["timm", "impulse"]
@@ -53,7 +53,7 @@ def fidelity_table(grid: Path, rows: list[dict[str, Any]]) -> str:
 
 
 def write_docs(out: Path, docs: Path, families: dict[str, tuple[str, dict[str, Any]]]) -> None:
-    from structinit.plots import plot_curves
+    from structinit.studies.plots import plot_curves
 
     (docs / "figures").mkdir(parents=True, exist_ok=True)
     sections = []

@@ -34,10 +34,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from structinit.augment import BatchAugment
-from structinit.data import load_data
+from structinit.data.augment import BatchAugment
+from structinit.data.datasets import load_data
 from structinit.inits.labels import parse_init, split_top_level
-from structinit.train import (
+from structinit.training.run import (
     Dist,
     TrainConfig,
     _evaluate,
@@ -186,7 +186,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def write_summary(members, recipe: TrainConfig, data, device, amp, out: Path, seconds: float) -> dict[str, Any]:
     """OUT/summary.json (the recipe, where it ran, each init's final and best top-1) and OUT/curves.png."""
-    from structinit.plots import plot_curves
+    from structinit.studies.plots import plot_curves
 
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     rows = [

@@ -47,7 +47,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from structinit.experiments import (
+from structinit.studies.grid import (
     is_recorded,
     ledger_and_runs,
     read_ledger,
@@ -57,7 +57,7 @@ from structinit.experiments import (
     write_generated_section,
     write_ledger,
 )
-from structinit.train import TrainConfig
+from structinit.training.run import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "vit_w96_d4_p4"
@@ -388,7 +388,7 @@ def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid], protoc
     """The ledger (docs/convergence-runs.jsonl), docs/convergence.csv (one row per run), a curves figure
     per grid, and the tables of docs/convergence.md between its markers. What needs a curve (early
     top-1, plateau, figure, epochs to timm's final) comes from the runs whose curve was kept."""
-    from structinit.plots import plot_curves
+    from structinit.studies.plots import plot_curves
 
     figures = docs / "figures"
     figures.mkdir(parents=True, exist_ok=True)

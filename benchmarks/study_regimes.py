@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from structinit.experiments import (
+from structinit.studies.grid import (
     is_recorded,
     ledger_and_runs,
     read_ledger,
@@ -46,7 +46,7 @@ from structinit.experiments import (
     write_generated_section,
     write_ledger,
 )
-from structinit.train import TrainConfig
+from structinit.training.run import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 LEDGER = "regimes-runs.jsonl"
@@ -169,7 +169,7 @@ def bundle_table(rows: list[dict[str, Any]], grid: str, control_norm: float) -> 
 @functools.cache
 def dataset(spec: str):
     """The data of a --data spec, loaded once per process (the norm and the entropies read it)."""
-    from structinit.data import load_data
+    from structinit.data.datasets import load_data
 
     return load_data(spec)
 
@@ -178,7 +178,7 @@ def matched_norm(regime: Regime, data: str) -> float:
     """The impulse init's mean per-head Frobenius norm of W_q and W_k on the regime's model (seed 0),
     rounded to 0.1: the norm of the control that has its scale and not its structure."""
     import structinit
-    from structinit.train import build_model
+    from structinit.training.run import build_model
 
     config = regime.config("impulse", 0, False, data, Path("unused"), False)
     model, _ = build_model(config, dataset(data))
@@ -297,7 +297,7 @@ def init_entropies(inits: list[str], regime: Regime, data: str, smoke: bool) -> 
     """Per init, the attention entropy (over log T, mean of layers and heads) of its seed-0 model at init
     on 256 test images: 1 is uniform, 0 one-hot."""
     from structinit.fidelity import attention_entropy
-    from structinit.train import build_model, normalised_test_images
+    from structinit.training.run import build_model, normalised_test_images
 
     loaded = dataset(data)
     entropies = {}
@@ -312,7 +312,7 @@ def write_docs(
 ) -> None:
     """The ledger, docs/regimes.csv, a curves figure per grid and the generated tables of docs/regimes.md;
     `bundle`: (the comparison's grid, the control's norm) once a regime is calibrated."""
-    from structinit.plots import plot_curves
+    from structinit.studies.plots import plot_curves
 
     figures = docs / "figures"
     figures.mkdir(parents=True, exist_ok=True)
@@ -379,7 +379,7 @@ def sizing(steps: int = 10) -> None:
     import torch
 
     from structinit.models import create_model
-    from structinit.train import prefer_math_attention, resolve_amp
+    from structinit.training.run import prefer_math_attention, resolve_amp
 
     amp = resolve_amp("auto", torch.device("cpu"))
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, autocast {amp}\n")

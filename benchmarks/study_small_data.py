@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from structinit.experiments import (
+from structinit.studies.grid import (
     CSV_COLUMNS,
     LedgerKey,
     collect,
@@ -48,7 +48,7 @@ from structinit.experiments import (
     write_generated_section,
     write_ledger,
 )
-from structinit.train import TrainConfig
+from structinit.training.run import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 # optimiser steps are what a CPU budget buys: ~300 at batch 128 for each subset size
@@ -252,7 +252,7 @@ def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid]) -> Non
     results.md (between its markers, so the hand-written analysis around them stays). A grid's figure
     is drawn from its runs that kept a curve (rows recorded before the ledger have none); a grid
     with none keeps the figure drawn when its runs were at hand."""
-    from structinit.plots import plot_curves
+    from structinit.studies.plots import plot_curves
 
     figures = docs / "figures"
     figures.mkdir(parents=True, exist_ok=True)
@@ -297,7 +297,7 @@ def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid]) -> Non
 
 def attention_figures(out: Path, figures: Path, per_class: int) -> None:
     """Attention maps at init and after training: seed 0, 12 heads, the first grid's subset size."""
-    from structinit.attention import attention_figure
+    from structinit.inspection.attention import attention_figure
 
     for init in ("impulse-soft", "impulse", "impulse-authors[base=keep]"):
         run = run_dir(out / "vit-h12", per_class, init, 0)

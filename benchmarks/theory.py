@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from structinit.experiments import compare, run_dir, write_generated_section
-from structinit.train import TrainConfig
+from structinit.studies.grid import compare, run_dir, write_generated_section
+from structinit.training.run import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 FILTERS = {  # the column of the table -> the init label
@@ -132,7 +132,7 @@ def vit_table(results: dict[int, list[dict[str, Any]]], dim: int) -> str:
 
 def ranks(out: Path, s: dict[str, Any], figures: Path) -> str:
     """Stable ranks of two trained models (seed 0) and their PNGs."""
-    from structinit.rank import rank_figure
+    from structinit.inspection.rank import rank_figure
 
     dim, kernel, heads, vit_dim = s["dims"][-1], s["kernels"][0], s["heads"][1], s["vit_dim"]
     runs = [

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from structinit.augment import BatchAugment, parse_randaugment, random_crop, random_flip
+from structinit.data.augment import BatchAugment, parse_randaugment, random_crop, random_flip
 
 
 def test_random_crop_shifts_each_image_inside_zero_padding():

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from structinit.cli import main, parse_assignments
+from structinit.cli.commands import main, parse_assignments
 
 SMALL = ["--model-kwargs", "img_size=32,patch_size=4,num_heads=12,depth=2"]
 
@@ -105,7 +105,7 @@ def test_python_dash_m_entry_point():
 
 
 def test_a_missing_extra_is_named_in_one_line_and_other_import_errors_are_not_hidden(monkeypatch, capsys):
-    from structinit import cli
+    from structinit.cli import commands as cli
 
     def needs(module):
         def command(args):

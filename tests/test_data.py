@@ -6,8 +6,8 @@ import torch
 from PIL import Image
 
 from conftest import make_imagefolder
-from structinit.data import StreamData, TensorData, load_data, parse_spec, stratified_subset
-from structinit.train import TrainConfig, train
+from structinit.data.datasets import StreamData, TensorData, load_data, parse_spec, stratified_subset
+from structinit.training.run import TrainConfig, train
 
 
 def test_digits_is_the_fixed_split_of_sklearn_digits():

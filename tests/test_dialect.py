@@ -5,9 +5,9 @@ import pytest
 import torch
 import yaml
 
-from structinit.cli import EMA_DECAY, build_parser, main, train_config
-from structinit.rundir import MetricsLog
-from structinit.train import TrainConfig, read_config
+from structinit.cli.commands import EMA_DECAY, build_parser, main, train_config
+from structinit.training.run import TrainConfig, read_config
+from structinit.training.rundir import MetricsLog
 
 FLAGS = ["--per-class", "20", "--model-kwargs", "depth=2", "--batch-size", "50", "--quiet"]
 

@@ -12,7 +12,7 @@ from structinit.adapters.mixer import MixerAdapter
 from structinit.adapters.swin import SwinAdapter
 from structinit.models import create_model
 from structinit.offsets import offset_mass, target_indices
-from structinit.train import TrainConfig, train
+from structinit.training.run import TrainConfig, train
 
 
 def small_swin(**kwargs):

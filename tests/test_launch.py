@@ -9,9 +9,9 @@ import torch
 
 from conftest import assert_same_final_weights, grid_rows
 from structinit.cli import main
-from structinit.launch import Cluster, TrainJob
-from structinit.rundir import RunError
-from structinit.train import TrainConfig, train
+from structinit.studies.launch import Cluster, TrainJob
+from structinit.training.run import TrainConfig, train
+from structinit.training.rundir import RunError
 
 pytest.importorskip("submitit")
 

@@ -5,9 +5,10 @@ import matplotlib.pyplot as plt
 import pytest
 import torch
 
-from structinit import plots
+from structinit.inspection import attention
 from structinit.offsets import target_indices
 from structinit.report import best_offsets
+from structinit.studies import plots
 
 
 def row(init, seed, top1, recipe="r1", per_class=200, reached=3):
@@ -72,7 +73,7 @@ def test_attention_panels_share_one_scale_and_name_offset_and_fidelity(tmp_path,
             m[h, rows[valid[h]], target[h, valid[h]]] = 0.9 * (1 + offset[0])  # layer 2 peaks higher
         maps.append(m)
     reports = [best_offsets(m.unsqueeze(0), 3, grid, 0) for m in maps]
-    plots.plot_attention(maps, grid, tmp_path / "a.png", "title", heads=reports)
+    attention.plot_attention(maps, grid, tmp_path / "a.png", "title", heads=reports)
     (fig,) = figures
     panels = [ax for ax in fig.axes if ax.images]
     assert [ax.images[0].get_clim() for ax in panels] == [(0.0, pytest.approx(1.8))] * 4  # one colour scale

@@ -15,12 +15,12 @@ import pytest
 import torch
 import yaml
 
-from structinit import checkpoint as checkpoint_module
 from structinit import files as files_module
 from structinit.cli import main
-from structinit.experiments import compare, results_markdown
-from structinit.rundir import MetricsLog, RunError, RunLock
-from structinit.train import TrainConfig, TrainingDiverged, read_config, resume_config, train
+from structinit.studies.grid import compare, results_markdown
+from structinit.training import checkpoint as checkpoint_module
+from structinit.training.run import TrainConfig, TrainingDiverged, read_config, resume_config, train
+from structinit.training.rundir import MetricsLog, RunError, RunLock
 
 FAST = dict(data="digits", per_class=20, model="vit_digits", model_kwargs={"depth": 2}, batch_size=50, quiet=True)
 FLAGS = ["--per-class", "20", "--model-kwargs", "depth=2", "--batch-size", "50", "--quiet"]
@@ -379,7 +379,7 @@ def test_asking_for_a_gpu_that_is_not_there_is_one_line(capsys):
 def test_empty_class_folders_and_classes_in_one_split_only_are_errors(tmp_path):
     from PIL import Image
 
-    from structinit.data import load_data
+    from structinit.data.datasets import load_data
 
     root = tmp_path / "data"
     for split, classes in (("train", "abc"), ("test", "abc")):

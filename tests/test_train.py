@@ -10,11 +10,11 @@ import sys
 import pytest
 import torch
 
-from structinit import train as train_module
 from structinit.cli import main
-from structinit.experiments import compare
-from structinit.provenance import device_name
-from structinit.train import TrainConfig, TrainingDiverged, resolve_amp, resume_config, train
+from structinit.studies.grid import compare
+from structinit.training import run as train_module
+from structinit.training.provenance import device_name
+from structinit.training.run import TrainConfig, TrainingDiverged, resolve_amp, resume_config, train
 
 FAST = dict(data="digits", per_class=20, model="vit_digits", model_kwargs={"depth": 2}, batch_size=50, quiet=True)
 

@@ -22,12 +22,12 @@ from PIL import Image
 from conftest import make_imagefolder
 from structinit import files as files_module
 from structinit.cli import main
-from structinit.data import load_data
+from structinit.data.datasets import load_data
 from structinit.errors import RunError
-from structinit.experiments import collect, compare
 from structinit.inits.api import initialize
-from structinit.rundir import MetricsLog, RunLock, clear_run, identity
-from structinit.train import TrainConfig, read_config, resume_config, train
+from structinit.studies.grid import collect, compare
+from structinit.training.run import TrainConfig, read_config, resume_config, train
+from structinit.training.rundir import MetricsLog, RunLock, clear_run, identity
 
 FAST = dict(data="digits", per_class=20, model="vit_digits", model_kwargs={"depth": 2}, batch_size=50, quiet=True)
 FLAGS = ["--per-class", "20", "--model-kwargs", "depth=2", "--batch-size", "50", "--quiet"]
@@ -113,7 +113,7 @@ def test_a_resume_change_is_recorded_with_its_first_checkpoint_and_a_crash_befor
             raise KeyboardInterrupt  # just after the checkpoint of epoch 3 became durable
         return real(path, text, then)
 
-    monkeypatch.setattr("structinit.train.atomic_write_text", crash)
+    monkeypatch.setattr("structinit.training.run.atomic_write_text", crash)
     with pytest.raises(KeyboardInterrupt):
         train(resume_config(run, epochs=3, lr=5e-4))
     monkeypatch.undo()
@@ -193,7 +193,7 @@ def test_a_run_that_stopped_before_its_first_checkpoint_starts_over(tmp_path, mo
     def crash(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("structinit.train.Run.train_epoch", crash)
+    monkeypatch.setattr("structinit.training.run.Run.train_epoch", crash)
     with pytest.raises(KeyboardInterrupt):
         train(TrainConfig(**FAST, epochs=1, snapshot_epochs=[0], out=str(out)))
     monkeypatch.undo()
@@ -316,7 +316,7 @@ def test_a_resume_stopped_before_its_first_checkpoint_leaves_no_logger_file(tmp_
     def crash(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("structinit.train.Run.train_epoch", crash)
+    monkeypatch.setattr("structinit.training.run.Run.train_epoch", crash)
     with pytest.raises(KeyboardInterrupt):
         train(resume_config(run, log=["tensorboard"]))
     monkeypatch.undo()
@@ -487,7 +487,7 @@ def test_ctrl_c_during_a_checkpoint_write_leaves_no_temporary_file(tmp_path, mon
             raise KeyboardInterrupt
         return real(obj, f, *args, **kwargs)
 
-    monkeypatch.setattr("structinit.checkpoint.torch.save", interrupted)
+    monkeypatch.setattr("structinit.training.checkpoint.torch.save", interrupted)
     with pytest.raises(KeyboardInterrupt):
         train(TrainConfig(**FAST, epochs=3, out=str(out)))
     monkeypatch.undo()
@@ -770,7 +770,7 @@ def test_a_moved_grid_whose_run_has_no_checkpoint_is_named_not_deleted(tmp_path,
     def crash(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("structinit.train.Run.train_epoch", crash)
+    monkeypatch.setattr("structinit.training.run.Run.train_epoch", crash)
     with pytest.raises(KeyboardInterrupt):
         compare(TrainConfig(**{**FAST, "per_class": None}, epochs=2), ["timm"], [0], [10], tmp_path / "old")
     monkeypatch.undo()

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from .files import atomic_write, remove_temporaries
+from ..files import atomic_write, remove_temporaries
 
 # names of the paper's datasets -> torchvision class names (downloaded with --download where online)
 TORCHVISION_SETS = {

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
-from .adapters import get_adapter
-from .adapters.convmixer import get_conv_adapter
+from ..adapters import get_adapter
+from ..adapters.convmixer import get_conv_adapter
 
 
 def stable_rank(matrices: torch.Tensor) -> torch.Tensor:
@@ -85,9 +86,8 @@ def rank_figure(
 ) -> tuple[list[LayerRank], Path]:
     """`structinit rank`: stable ranks of a run's or a model's features on `images` test images,
     and a PNG of them per layer with min(N, D) drawn for reference."""
-    from .plots import plot_ranks
-    from .targets import load_target
-    from .train import normalised_test_images
+    from ..training.run import normalised_test_images
+    from .target import load_target
 
     model, dataset, title, _ = load_target(
         target, data=data, at_init=at_init, init=init, model_kwargs=model_kwargs, seed=seed
@@ -104,3 +104,32 @@ def ranks_table(ranks: list[LayerRank]) -> str:
     lines = ["| features | stable rank | min(N, D) |", "|---|---|---|"]
     lines += [f"| {r.name} | {r.stable_rank:.2f} | {r.bound} |" for r in ranks]
     return "\n".join(lines) + "\n"
+
+
+def plot_ranks(ranks, path: Path, title: str = "") -> None:
+    """Stable rank per layer (patch embedding, then each block), with min(N, D), the largest
+    possible rank, as a dashed line: how far below it the features live."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(max(5, 0.6 * len(ranks)), 3.6))
+    x = np.arange(len(ranks))
+    ax.plot(x, [r.stable_rank for r in ranks], "o-", label="stable rank (mean over images)")
+    ax.plot(x, [r.bound for r in ranks], "--", color="grey", label="min(N, D)")
+    ax.set_yscale("log")
+    ax.set_xticks(x, [r.name.replace("patch embedding", "patch emb.") for r in ranks], rotation=45, ha="right")
+    ax.set_ylabel("stable rank")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _plt():
+    """matplotlib, drawing to files (imported when a figure is made)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt

@@ -27,8 +27,8 @@ from typing import Any
 
 import yaml
 
-from .errors import RunError
-from .files import atomic_write_text, remove_temporaries
+from ..errors import RunError
+from ..files import atomic_write_text, remove_temporaries
 from .provenance import ENVIRONMENT
 
 # Settings a resumed run may change: they change how long it goes on, its learning rate, or only

@@ -8,11 +8,11 @@ from typing import Any
 
 from torch import nn
 
-from .checkpoint import load_checkpoint
-from .data import StreamData, TensorData, load_data
-from .errors import RunError, first_line
-from .models import is_model_name
-from .train import TrainConfig, build_model, read_config
+from ..data.datasets import StreamData, TensorData, load_data
+from ..errors import RunError, first_line
+from ..models import is_model_name
+from ..training.checkpoint import load_checkpoint
+from ..training.run import TrainConfig, build_model, read_config
 
 
 def load_target(

@@ -11,13 +11,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from . import __version__
-from .errors import first_line
-from .inits.labels import DEFAULT, KERNEL_SIZE, VARIANTS, parse_assignments, parse_init, split_top_level
-from .inits.registry import METHODS
-from .launch import CLUSTERS, Cluster
-from .models import PRESETS
-from .rundir import flag, load_yaml
+from .. import __version__
+from ..errors import first_line
+from ..inits.labels import DEFAULT, KERNEL_SIZE, VARIANTS, parse_assignments, parse_init, split_top_level
+from ..inits.registry import METHODS
+from ..models import PRESETS
+from ..studies.launch import CLUSTERS, Cluster
+from ..training.rundir import flag, load_yaml
 
 # `train --filters`, for ConvMixer: the init label each choice stands for
 FILTERS = {
@@ -153,7 +153,7 @@ def add_target_arguments(parser: argparse.ArgumentParser, images: int, out: str)
 def add_train_arguments(parser: argparse.ArgumentParser, grid: bool = False) -> None:
     """Flags of `train`, and of `compare` (`grid`: lists of subset sizes; the init and seed come from
     --inits/--seeds): None means the preset's value or the default."""
-    from .data import DATASETS_HELP
+    from ..data.datasets import DATASETS_HELP
 
     add = parser.add_argument
     add("--data", help=f"dataset (default digits): {DATASETS_HELP}")
@@ -231,7 +231,7 @@ def train_values(args: argparse.Namespace) -> dict[str, Any]:
     """The training settings given on the command line (not the preset's or the defaults)."""
     from dataclasses import fields
 
-    from .train import TrainConfig
+    from ..training.run import TrainConfig
 
     skip = ("model_kwargs", "preset", "per_class", "snapshot_epochs", "log")
     names = [f.name for f in fields(TrainConfig) if f.name not in skip]
@@ -256,7 +256,7 @@ def train_values(args: argparse.Namespace) -> dict[str, Any]:
 
 def train_config(args: argparse.Namespace, **overrides: Any):
     """Defaults, then the preset, then --config's file, then the flags, then `overrides`."""
-    from .train import TrainConfig
+    from ..training.run import TrainConfig
 
     values = {**file_values(args), **train_values(args), **overrides}
     preset = args.preset or values.pop("preset", None)
@@ -270,7 +270,7 @@ def file_values(args: argparse.Namespace) -> dict[str, Any]:
         return {}
     import yaml
 
-    from .train import config_values
+    from ..training.run import config_values
 
     path = Path(args.config)
     if not path.is_file():
@@ -283,7 +283,7 @@ def file_values(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from .train import TrainConfig, load_preset, print_summary, resume_config, train
+    from ..training.run import TrainConfig, load_preset, print_summary, resume_config, train
 
     if args.resume:
         if args.config:
@@ -304,10 +304,10 @@ def run_train(args: argparse.Namespace) -> int:
 def run_init(args: argparse.Namespace) -> int:
     import torch
 
-    from .export import check_init_path, save_init
-    from .files import atomic_write_text, weights_sha256
-    from .inits.api import initialize
-    from .models import create_model
+    from ..export import check_init_path, save_init
+    from ..files import atomic_write_text, weights_sha256
+    from ..inits.api import initialize
+    from ..models import create_model
 
     if args.list_models:
         print(supported_models())
@@ -369,7 +369,7 @@ def int_list(text: str, flag: str) -> list[int]:
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    from .experiments import compare
+    from ..studies.grid import compare
 
     inits = split_top_level(args.inits)
     for label in inits:
@@ -436,14 +436,14 @@ def target_arguments(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_attention(args: argparse.Namespace) -> int:
-    from .attention import attention_figure
+    from ..inspection.attention import attention_figure
 
     print(f"wrote {attention_figure(args.target, **target_arguments(args))}")
     return 0
 
 
 def run_rank(args: argparse.Namespace) -> int:
-    from .rank import rank_figure, ranks_table
+    from ..inspection.rank import rank_figure, ranks_table
 
     ranks, path = rank_figure(args.target, **target_arguments(args))
     print(ranks_table(ranks), end="")
@@ -452,7 +452,7 @@ def run_rank(args: argparse.Namespace) -> int:
 
 
 def run_upgrade(args: argparse.Namespace) -> int:
-    from .checkpoint import upgrade_checkpoint
+    from ..training.checkpoint import upgrade_checkpoint
 
     for path in args.checkpoints:
         upgrade_checkpoint(Path(path))
@@ -461,9 +461,9 @@ def run_upgrade(args: argparse.Namespace) -> int:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from .attention import attention_figure
-    from .experiments import compare
-    from .train import TrainConfig
+    from ..inspection.attention import attention_figure
+    from ..studies.grid import compare
+    from ..training.run import TrainConfig
 
     out = Path(args.out)
     base = TrainConfig(data="digits", model="vit_digits", epochs=args.epochs, quiet=args.quiet)
@@ -498,7 +498,7 @@ EXTRAS = {"matplotlib": "train", "sklearn": "train", "tensorboard": "log", "wand
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .rundir import RunError
+    from ..training.rundir import RunError
 
     args = build_parser().parse_args(argv)
     if threading.current_thread() is threading.main_thread():
@@ -536,11 +536,11 @@ def fail(command: str, message: str) -> int:
 
 def supported_models() -> str:
     """The families structinit initialises, their init methods and an example each, and the presets."""
-    from .adapters import ADAPTERS
-    from .adapters.convmixer import ConvMixerAdapter
-    from .inits.convmixer import FILTER_METHODS
-    from .inits.registry import FAMILIES, METHODS
-    from .models import PRESETS
+    from ..adapters import ADAPTERS
+    from ..adapters.convmixer import ConvMixerAdapter
+    from ..inits.convmixer import FILTER_METHODS
+    from ..inits.registry import FAMILIES, METHODS
+    from ..models import PRESETS
 
     rows = [(adapter, list(METHODS)) for adapter in ADAPTERS]
     rows += [(family.adapter, list(family.methods)) for family in FAMILIES]
@@ -554,8 +554,8 @@ def supported_models() -> str:
 
 def options_help() -> str:
     """Every init method's options, once per options class: `structinit init --list-options`."""
-    from .inits.options import FilterOptions, NoOptions
-    from .inits.registry import FAMILIES, VIT_FAMILY
+    from ..inits.options import FilterOptions, NoOptions
+    from ..inits.registry import FAMILIES, VIT_FAMILY
 
     classes = [init.options for family in (VIT_FAMILY, *FAMILIES) for init in family.methods.values()]
     lines = [

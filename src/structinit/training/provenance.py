@@ -17,7 +17,7 @@ ENVIRONMENT = "environment"
 def environment(device: torch.device, amp_dtype: torch.dtype | None, world_size: int) -> dict[str, Any]:
     import timm
 
-    from .version import __version__
+    from ..version import __version__
 
     return {
         "device": str(device),

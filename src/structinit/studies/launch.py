@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .rundir import RunError
+from ..training.rundir import RunError
 
 if TYPE_CHECKING:
-    from .train import TrainConfig
+    from ..training.run import TrainConfig
 
 CLUSTERS = ("slurm", "local")
 
@@ -86,7 +86,7 @@ class TrainJob:
         self.threads = threads
 
     def __call__(self, config: TrainConfig) -> dict[str, Any]:
-        from .train import train
+        from ..training.run import train
 
         torch.set_num_threads(self.threads)
         resume = (Path(config.out) / "last.pt").exists()

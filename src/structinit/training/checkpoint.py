@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .errors import RunError, first_line
-from .files import atomic_save
+from ..errors import RunError, first_line
+from ..files import atomic_save
 
 
 def load_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:

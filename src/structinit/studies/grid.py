@@ -25,11 +25,11 @@ from typing import Any
 
 import torch
 
-from .checkpoint import load_checkpoint
-from .data import parse_spec
-from .launch import Cluster, LocalJob, run_on_cluster
-from .provenance import ENVIRONMENT
-from .rundir import (
+from ..data.datasets import parse_spec
+from ..training.checkpoint import load_checkpoint
+from ..training.provenance import ENVIRONMENT
+from ..training.run import TrainConfig, read_config, train
+from ..training.rundir import (
     MetricsLog,
     RunError,
     RunLock,
@@ -42,7 +42,7 @@ from .rundir import (
     summary_of_the_run,
     written_by_a_run,
 )
-from .train import TrainConfig, read_config, train
+from .launch import Cluster, LocalJob, run_on_cluster
 
 CSV_COLUMNS = [
     "dataset",
@@ -192,8 +192,8 @@ def _check_same_recipe(config: TrainConfig, rerun: bool) -> None:
 def _changed_init_options(config: TrainConfig) -> str:
     """The init options a run recorded that its label no longer resolves to (a default changed since),
     as 'init X with name=old (now new), ...'; empty when they agree or the run recorded none."""
-    from .inits.labels import DEFAULT, parse_init
-    from .inits.registry import options_then_and_now
+    from ..inits.labels import DEFAULT, parse_init
+    from ..inits.registry import options_then_and_now
 
     report = Path(config.out) / "init_report.json"
     method, given = parse_init(config.init)

@@ -35,17 +35,17 @@ from timm.utils import ModelEmaV3
 from torch import nn
 from tqdm.auto import tqdm
 
-from .augment import BatchAugment, parse_randaugment
+from ..data.augment import BatchAugment, parse_randaugment
+from ..data.datasets import ImageError, StreamData, TensorData, fingerprint, load_data, parse_spec
+from ..errors import first_line
+from ..files import atomic_save, atomic_write_text
+from ..inits.api import initialize
+from ..inits.labels import DEFAULT, KERNEL_SIZE, parse_init, with_options
+from ..models import check_model_kwargs, create_model
+from ..report import Report
 from .checkpoint import load_checkpoint, rng_state, set_rng_state
-from .data import ImageError, StreamData, TensorData, fingerprint, load_data, parse_spec
-from .errors import first_line
-from .files import atomic_save, atomic_write_text
-from .inits.api import initialize
-from .inits.labels import DEFAULT, KERNEL_SIZE, parse_init, with_options
 from .loggers import Loggers, check_loggers
-from .models import check_model_kwargs, create_model
 from .provenance import ENVIRONMENT, environment
-from .report import Report
 from .rundir import (
     RESULTS,
     RESUMABLE,

@@ -1,5 +1,4 @@
-"""Figures: training curves and a bar summary of a comparison, attention maps per layer and head
-(paper Fig. 4), and feature ranks."""
+"""Figures of a comparison: training curves and a bar summary, each init in its own colour."""
 
 from __future__ import annotations
 
@@ -12,10 +11,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
-import torch
 from matplotlib.ticker import MaxNLocator
 
-from .experiments import CELL_KEYS  # the cells of results.md: tables and figures split rows alike
+from .grid import CELL_KEYS  # the cells of results.md: tables and figures split rows alike
 
 # one colour per init label in every figure, whatever else the grid holds; other labels (with
 # options) take a colour from their own text, so they too keep it from figure to figure
@@ -150,72 +148,3 @@ def _most_seeds(members: list[dict[str, Any]]) -> int:
     for row in members:
         counts[row["init"]] = counts.get(row["init"], 0) + 1
     return max(counts.values())
-
-
-def plot_attention(
-    maps: list[torch.Tensor],
-    grid: tuple[int, int],
-    path: Path,
-    title: str = "",
-    heads: list[list[Any]] | None = None,
-    kernel_size: int = 3,
-    dpi: int = 110,
-) -> None:
-    """Attention maps (one (heads, N, N) tensor of grid tokens per layer) as a layers x heads figure:
-    query token down, key token across, all panels on one colour scale with its colourbar. An
-    impulse filter with offset (dy, dx) is a diagonal shifted off the main one by dy * width + dx.
-    `heads[layer][head]`, a HeadReport, titles each panel with the kernel offset that holds the most
-    of the head's attention and that share."""
-    layers, count = len(maps), maps[0].shape[0]
-    tokens = maps[0].shape[-1]
-    top = max(float(m.max()) for m in maps) or 1e-6
-    fig, axes = plt.subplots(
-        layers, count, figsize=(1.55 * count + 1.4, 1.6 * layers + 1.0), squeeze=False, constrained_layout=True
-    )
-    image = None
-    for i, layer_maps in enumerate(maps):
-        for h in range(count):
-            ax = axes[i][h]
-            image = ax.imshow(
-                layer_maps[h].float().cpu().numpy(), cmap="viridis", vmin=0, vmax=top, interpolation="nearest"
-            )
-            ax.set_xticks([0, tokens - 1], ["0", str(tokens - 1)] if i == layers - 1 else ["", ""], fontsize=6)
-            ax.set_yticks([0, tokens - 1], ["0", str(tokens - 1)] if h == 0 else ["", ""], fontsize=6)
-            ax.tick_params(length=2, pad=1)
-            if heads is not None:
-                report = heads[i][h]
-                dy, dx = report.offset
-                ax.set_title(f"h{h} ({dy:+d},{dx:+d}) {report.fidelity:.2f}", fontsize=7, pad=2)
-            elif i == 0:
-                ax.set_title(f"head {h}", fontsize=7)
-            if h == 0:
-                ax.set_ylabel(f"layer {i}\nquery token", fontsize=7)
-            if i == layers - 1:
-                ax.set_xlabel("key token", fontsize=7)
-    fig.colorbar(image, ax=axes, shrink=min(0.9, 0.35 + 0.1 * layers), label="attention weight")
-    lines = [title] if title else []
-    lines.append(f"query and key tokens in raster order over the {grid[0]} x {grid[1]} patch grid")
-    if heads is not None:
-        f = kernel_size
-        lines.append(f"panel: head, the offset (dy,dx) of the {f}x{f} kernel with the most attention, and its share")
-    fig.suptitle("\n".join(lines), fontsize=8 if count < 6 else 9)
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
-
-
-def plot_ranks(ranks, path: Path, title: str = "") -> None:
-    """Stable rank per layer (patch embedding, then each block), with min(N, D), the largest
-    possible rank, as a dashed line: how far below it the features live."""
-    fig, ax = plt.subplots(figsize=(max(5, 0.6 * len(ranks)), 3.6))
-    x = np.arange(len(ranks))
-    ax.plot(x, [r.stable_rank for r in ranks], "o-", label="stable rank (mean over images)")
-    ax.plot(x, [r.bound for r in ranks], "--", color="grey", label="min(N, D)")
-    ax.set_yscale("log")
-    ax.set_xticks(x, [r.name.replace("patch embedding", "patch emb.") for r in ranks], rotation=45, ha="right")
-    ax.set_ylabel("stable rank")
-    ax.set_title(title, fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)

@@ -1,0 +1,1 @@
+"""What a model is fed: data sets and their subsets (datasets.py), batched augmentation (augment.py)."""
