@@ -335,6 +335,45 @@ def test_a_hard_linked_copy_of_a_run_gets_a_lock_of_its_own(tmp_path):
         assert (original / ".lock").stat().st_ino != (tmp_path / "b" / ".lock").stat().st_ino
 
 
+def test_a_hard_linked_copy_made_while_a_run_trains_lets_no_second_process_in(tmp_path):
+    run = tmp_path / "a"
+    with RunLock(run):
+        subprocess.run(["cp", "-al", str(run), str(tmp_path / "b")], check=True)  # .lock now has two links
+        with pytest.raises(RunError, match="is in use by pid"):
+            RunLock(run).__enter__()
+        with pytest.raises(RunError, match="is in use by pid"):
+            RunLock(tmp_path / "b").__enter__()  # the copy's lock is the holder's file: refused, never stolen
+
+
+def test_an_epoch_checkpointed_has_its_snapshot_whenever_the_process_stops(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    real = MetricsLog.append
+
+    def stopped(self, *records):
+        real(self, *records)
+        raise KeyboardInterrupt  # just after epoch 1's line: its checkpoint is written
+
+    monkeypatch.setattr(MetricsLog, "append", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        train(TrainConfig(**FAST, epochs=2, snapshot_epochs=[1], out=str(run)))
+    monkeypatch.undo()
+    assert (run / "snapshots" / "epoch_0001.pt").exists()
+    train(resume_config(run))
+    assert [r["epoch"] for r in MetricsLog(run).epochs()] == [1, 2]
+
+
+def test_prev_copied_over_last_resumes_over_the_runs_own_later_snapshot_and_leaves_no_temporary(tmp_path):
+    run = tmp_path / "run"
+    train(TrainConfig(**FAST, epochs=4, snapshot_epochs=[2], stop_after=2, out=str(run)))
+    snapshot = (run / "snapshots" / "epoch_0002.pt").read_bytes()
+    shutil.copy(run / "prev.pt", run / "last.pt")  # what the damaged-checkpoint message says to do
+    (run / "prev.pt").unlink()
+    os.link(run / "last.pt", run / "prev.pt")  # as a kill -9 between a checkpoint's two renames leaves them
+    train(resume_config(run))
+    assert (run / "snapshots" / "epoch_0002.pt").read_bytes() == snapshot  # the same weights again
+    assert not [p for p in run.iterdir() if ".tmp" in p.name]
+
+
 # --- no file runs code ------------------------------------------------------------------------------
 
 
@@ -747,7 +786,7 @@ def test_compare_tabulates_only_a_whole_record(finished_grid, tmp_path, capsys, 
     damage(run)
     argv = [*GRID, "--epochs", "2", "--out", str(out)]
     assert main([*argv, "--lr", "0.002"] if damage is _edit_config else argv) == 2  # the recipe it now says
-    one_line(capsys, message, "structinit train --resume --out RUN puts it back")
+    one_line(capsys, message, "structinit train --resume --out RUN puts it back" if repaired else "mend the line")
     if repaired:
         if "summary" in message:
             (run / "summary.json").unlink()

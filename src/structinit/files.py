@@ -40,6 +40,7 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], Any], keep_previous: bo
             link.unlink(missing_ok=True)
             os.link(path, link)  # the old file stays in place until the new one replaces it
             os.replace(link, path.with_name("prev.pt"))
+            link.unlink(missing_ok=True)  # still there where prev.pt was already this file (kill -9 earlier)
         os.replace(tmp, path)
         sync_directory(path.parent)
     except BaseException as error:

@@ -313,7 +313,8 @@ def collect(out: Path) -> list[dict[str, Any]]:
             rows.append(_row(path, summary, resolved, curve))
         except (KeyError, TypeError, ValueError) as error:
             raise RunError(
-                f"{path} has a damaged record ({error!r} in summary.json or metrics.jsonl): {REPAIR}"
+                f"{path} has a damaged record ({error!r} in summary.json or metrics.jsonl): mend the line, "
+                "or train the run again (compare --rerun): a checkpoint holds only its own epoch's lines"
             ) from None
     time_to_accuracy(rows)
     return rows

@@ -488,7 +488,7 @@ class Run:
         changes = self.allowed_changes(saved, done)
         self.checkpointed = done
         if self.world.main:
-            self.refuse_files_ahead(saved, done)
+            self.refuse_files_ahead(saved, done, checkpoint["model"])
             clear_temporaries(self.out)
             self.log.reconcile(done, checkpoint_lines(checkpoint))
             before = self.repair_record(saved, done)
@@ -544,11 +544,12 @@ class Run:
             )
         return changes
 
-    def refuse_files_ahead(self, saved: TrainConfig, done: int) -> None:
+    def refuse_files_ahead(self, saved: TrainConfig, done: int, model: dict[str, torch.Tensor]) -> None:
         """Refuse files the run would write over that it has not written: a snapshot of an epoch it has not
-        reached, a prev.pt that is not its checkpoint before last.pt."""
+        reached that is not weights of its model (its own, kept before a crash or a prev.pt copied over
+        last.pt, is trained again, to the same weights), a prev.pt that is not its checkpoint before last.pt."""
         ahead = [snapshot_path(self.out, e) for e in self.config.snapshot_epochs if e > done]
-        ahead = [path for path in ahead if path.exists()]
+        ahead = [path for path in ahead if path.exists() and not _snapshot_of(path, model)]
         prev = self.out / "prev.pt"
         if prev.exists():
             try:
@@ -823,7 +824,7 @@ class Run:
 
     def save(self, metrics: dict[str, Any]) -> None:
         """Checkpoint the epoch (durably, keeping the previous one, with its log lines), then write the
-        record: what a resume changed (with its first checkpoint), the epoch's line, a snapshot."""
+        record: what a resume changed (with its first checkpoint), the epoch's line. A snapshot comes first."""
         epoch = metrics["epoch"]
         if self.world.main:
             lines = [*self.pending, metrics]
@@ -839,6 +840,8 @@ class Run:
                 "metrics": metrics,
                 "log": lines,
             }
+            if epoch in self.config.snapshot_epochs:  # before the checkpoint: an epoch checkpointed has its snapshot
+                save_snapshot(self.model, self.out, epoch)
             atomic_save(state, self.checkpoint_path, keep_previous=True)
             if self.rewrite_config:
                 (self.out / "summary.json").unlink(missing_ok=True)  # the run goes on past it
@@ -846,8 +849,6 @@ class Run:
             self.log.append(*lines)
             self.pending, self.rewrite_config = [], False
             self.loggers.log(metrics)
-            if epoch in self.config.snapshot_epochs:
-                save_snapshot(self.model, self.out, epoch)
         self.checkpointed = epoch
 
     def finish(self, last: int, metrics: dict[str, Any]) -> dict[str, Any]:
@@ -919,6 +920,19 @@ def prefer_math_attention(model: nn.Module, device: torch.device, amp_dtype: tor
         for module in model.modules():
             if isinstance(getattr(module, "fused_attn", None), bool):
                 module.fused_attn = False
+
+
+def _snapshot_of(path: Path, model: dict[str, torch.Tensor]) -> bool:
+    """Whether `path` holds weights of the model `model` is the state of (the same names and shapes)."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:
+        return False
+    return (
+        isinstance(state, dict)
+        and state.keys() == model.keys()
+        and all(isinstance(v, torch.Tensor) and v.shape == model[k].shape for k, v in state.items())
+    )
 
 
 def _same_run(one: dict[str, Any], other: dict[str, Any]) -> bool:

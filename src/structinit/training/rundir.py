@@ -16,7 +16,6 @@ it can prove they are its unfinished work, and never anything else in the direct
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import hashlib
 import json
@@ -86,9 +85,6 @@ class RunLock:
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / ".lock"
         while self.file is None:
-            with contextlib.suppress(FileNotFoundError):
-                if path.stat().st_nlink > 1:  # shared with a hard-linked copy: this directory gets its own
-                    path.unlink()
             file = open(path, "a+")
             try:
                 fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -98,8 +94,11 @@ class RunLock:
                 file.close()
                 fix = "wait for it to finish or use another --out"
                 raise RunError(f"{self.folder} is in use by {holder}: {fix}") from None
-            if _same_file(file, path):
+            if _same_file(file, path) and os.fstat(file.fileno()).st_nlink == 1:
                 self.file = file
+            elif _same_file(file, path):  # held, and shared with a hard-linked copy: this directory gets its own
+                path.unlink()
+                file.close()
             else:  # locked a file its holder removed on leaving: lock the one there now
                 file.close()
         self.file.seek(0)
