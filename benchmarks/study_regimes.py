@@ -115,8 +115,9 @@ MIMETIC = "mimetic[base=kaiming]"  # the mimetic of the published tables (the au
 def main_inits(control_norm: float) -> list[str]:
     """The comparison: the authors' baseline, timm's, mimetic, the paper's impulse (on timm's base, and the
     authors' own code on theirs), the 64-token soft setting, and the bundle without its structure at
-    the impulse init's own per-head Q/K norm."""
-    return ["kaiming", "timm", MIMETIC, "impulse", "impulse-authors", "impulse-soft", control(control_norm)]
+    the impulse init's own per-head Q/K norm. Listed in the order they train within a seed: the paper's
+    method and the baselines it must beat first, so that a partial grid answers the main question."""
+    return ["impulse", MIMETIC, "kaiming", "timm", control(control_norm), "impulse-authors", "impulse-soft"]
 
 
 def control(norm: float) -> str:
