@@ -45,12 +45,14 @@ from torch import nn
 
 import structinit
 from structinit.adapters import get_adapter
+from structinit.data.batches import normalise_for, normalised_test_images
 from structinit.data.datasets import load_data
 from structinit.fidelity import attention_entropy, layer_inputs
 from structinit.inspection.rank import feature_ranks
 from structinit.offsets import offset_mass
-from structinit.studies.grid import write_generated_section
-from structinit.training.run import TrainConfig, build_model, normalise_for, normalised_test_images, read_config
+from structinit.studies.ledger import write_generated_section
+from structinit.training import TrainConfig, read_config
+from structinit.training.recipe import model_of
 
 DATA = "cifar10:../shared/datasets/cifar10"
 INITS = [
@@ -118,7 +120,7 @@ def layers_part(spec: str, data) -> None:
         name = ", ".join(f"{k.replace('num_', '')} {v}" for k, v in kwargs.items())
         for label in LAYER_INITS:
             config = TrainConfig(data=spec, model="vit_d6_p4", model_kwargs=kwargs, init=label, seed=0)
-            model, report = build_model(config, data)
+            model, report = model_of(config, data)
             values = assigned_fidelity(model, report, normalised_test_images(model, data, 256))
             print(f"| {name} | {label} | {' '.join(f'{v:.2f}' for v in values)} |", flush=True)
 
@@ -134,7 +136,7 @@ def conditioning_part(spec: str, data) -> None:
         count = 256 if size == 32 else 64
         for label in CONDITIONING_INITS:
             config = TrainConfig(data=spec, model=arch, model_kwargs=kwargs, init=label, seed=0)
-            model, report = build_model(config, data)
+            model, report = model_of(config, data)
             images = normalised_test_images(model, data, count)
             if size != images.shape[-1]:
                 images = nn.functional.interpolate(images, size=size, mode="bilinear", align_corners=False)
@@ -238,7 +240,7 @@ def training_part(runs: Path, docs: Path, held_out: int = 26) -> None:
         if key not in datasets:  # CIFAR-10: 26 held-out images per class, of which the first 256 are used
             datasets[key] = load_data(config.data, per_class=config.per_class, val_per_class=held_out)
         data = datasets[key]
-        model, _ = build_model(config, data)  # the architecture; the weights come from the snapshots
+        model, _ = model_of(config, data)  # the architecture; the weights come from the snapshots
         offsets = assigned_offsets(run) if "impulse" in config.init else None
         images = normalise_for(model, data.val_images[:256])
         name = f"{run.parent.parent.name} {run.name.removesuffix('-seed0')}"
@@ -293,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         name = ", ".join(f"{k.replace('num_', '')} {v}" for k, v in kwargs.items())
         for label in inits:
             config = TrainConfig(data=spec, model="vit_d6_p4", model_kwargs=kwargs, init=label, seed=0)
-            model, report = build_model(config, data)
+            model, report = model_of(config, data)
             images = normalised_test_images(model, data, 256)
             labels = data.test_labels[:256]
             real = structinit.fidelity(model, images)

@@ -43,8 +43,9 @@ from timm.scheduler import CosineLRScheduler
 from torchvision import datasets, transforms
 
 import structinit
-from structinit.data.datasets import stratified_subset
-from structinit.training.run import TrainConfig, resolve_amp, train
+from structinit.data.subsets import stratified_subset
+from structinit.training import TrainConfig, train
+from structinit.training.device import resolve_amp
 
 ROOT = Path(__file__).resolve().parents[1]
 CIFAR = ROOT.parent / "shared" / "datasets" / "cifar10"

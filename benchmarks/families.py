@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from structinit.models import create_model
-from structinit.studies.grid import collect, compare, results_markdown, run_dir, write_generated_section
-from structinit.training.run import TrainConfig
+from structinit.studies.grid import compare, run_dir
+from structinit.studies.ledger import write_generated_section
+from structinit.studies.results import collect, results_markdown
+from structinit.training import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 INITS = ["timm", "impulse"]

@@ -36,18 +36,10 @@ from torch import nn
 
 from structinit.data.augment import BatchAugment
 from structinit.data.datasets import load_data
-from structinit.inits.labels import parse_init, split_top_level
-from structinit.training.run import (
-    Dist,
-    TrainConfig,
-    _evaluate,
-    build_model,
-    create_optimizer,
-    create_schedule,
-    prefer_math_attention,
-    resolve_amp,
-    resolve_device,
-)
+from structinit.inits.labels import InitSpec, split_top_level
+from structinit.training import TrainConfig
+from structinit.training.device import Dist, prefer_math_attention, resolve_amp, resolve_device
+from structinit.training.recipe import create_optimizer, create_schedule, evaluate, model_of
 
 INITS = ["kaiming", "timm", "mimetic[base=kaiming]", "impulse[base=kaiming]"]
 MODEL = "vit_w256_d8_p2_gap_sincos"
@@ -74,7 +66,7 @@ class Member:
 
     def __init__(self, config: TrainConfig, data, device, steps: int, compile: bool):
         self.init = config.init
-        self.model, self.report = build_model(config, data)
+        self.model, self.report = model_of(config, data)
         self.model.to(device)
         self.forward = torch.compile(self.model) if compile else self.model
         self.optimizer = create_optimizer(self.model, config, device)
@@ -157,7 +149,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 with clocks[m.init]:
                     losses[m.init] += m.step(x, y, amp, recipe.clip_grad, epoch * steps + i + 1)
         seconds = {init: clock.seconds() for init, clock in clocks.items()}
-        evaluate = (epoch + 1) % recipe.eval_every == 0 or epoch + 1 == recipe.epochs
+        due = (epoch + 1) % recipe.eval_every == 0 or epoch + 1 == recipe.epochs
         with open(ledger, "a") as f:
             for m in members:
                 line = {
@@ -169,14 +161,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     "elapsed": time.perf_counter() - started,
                 }
                 m.loss_curve.append((epoch + 1, line["train_loss"]))
-                if evaluate:
+                if due:
                     batches = (
                         (augment.normalise(x), y) for x, y in zip(test_images.split(1000), test_labels.split(1000))
                     )
-                    line["test_top1"] = _evaluate(m.model, batches, device, Dist(), amp)["test_top1"]
+                    line["test_top1"] = evaluate(m.model, batches, device, Dist(), amp)["test_top1"]
                     m.curve.append((epoch + 1, line["test_top1"]))
                 f.write(json.dumps(line) + "\n")
-        if evaluate:
+        if due:
             summary = write_summary(members, recipe, data, device, amp, out, time.perf_counter() - started)
             if not args.quiet:
                 done = f"epoch {epoch + 1}, {time.perf_counter() - started:.0f} s: "
@@ -240,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--epochs must be >= 1")
     for label in args.inits:
         try:
-            parse_init(label)
+            InitSpec.parse(label)
         except (TypeError, ValueError) as error:
             parser.error(f"--inits: {error}")
     summary = run(args)

@@ -47,17 +47,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from structinit.studies.grid import (
-    is_recorded,
-    ledger_and_runs,
-    read_ledger,
-    results_markdown,
-    run_configs,
-    run_dir,
-    write_generated_section,
-    write_ledger,
-)
-from structinit.training.run import TrainConfig
+from structinit.studies.grid import run_configs, run_dir
+from structinit.studies.ledger import is_recorded, ledger_and_runs, read_ledger, write_generated_section, write_ledger
+from structinit.studies.results import results_markdown
+from structinit.training import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "vit_w96_d4_p4"

@@ -36,17 +36,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from structinit.studies.grid import (
-    is_recorded,
-    ledger_and_runs,
-    read_ledger,
-    results_markdown,
-    run_configs,
-    run_dir,
-    write_generated_section,
-    write_ledger,
-)
-from structinit.training.run import TrainConfig
+from structinit.studies.grid import run_configs, run_dir
+from structinit.studies.ledger import is_recorded, ledger_and_runs, read_ledger, write_generated_section, write_ledger
+from structinit.studies.results import results_markdown
+from structinit.training import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 LEDGER = "regimes-runs.jsonl"
@@ -179,10 +172,10 @@ def matched_norm(regime: Regime, data: str) -> float:
     """The impulse init's mean per-head Frobenius norm of W_q and W_k on the regime's model (seed 0),
     rounded to 0.1: the norm of the control that has its scale and not its structure."""
     import structinit
-    from structinit.training.run import build_model
+    from structinit.training.recipe import model_of
 
     config = regime.config("impulse", 0, False, data, Path("unused"), False)
-    model, _ = build_model(config, dataset(data))
+    model, _ = model_of(config, dataset(data))
     norms = []
     for layer in structinit.adapters.get_adapter(model).layers():
         for weight in layer.qk_weights():
@@ -297,13 +290,14 @@ def csv_rows(rows: list[dict[str, Any]], regimes: dict[str, Regime]) -> list[dic
 def init_entropies(inits: list[str], regime: Regime, data: str, smoke: bool) -> dict[str, float]:
     """Per init, the attention entropy (over log T, mean of layers and heads) of its seed-0 model at init
     on 256 test images: 1 is uniform, 0 one-hot."""
+    from structinit.data.batches import normalised_test_images
     from structinit.fidelity import attention_entropy
-    from structinit.training.run import build_model, normalised_test_images
+    from structinit.training.recipe import model_of
 
     loaded = dataset(data)
     entropies = {}
     for init in inits:
-        model, _ = build_model(regime.config(init, 0, False, data, Path("unused"), smoke), loaded)
+        model, _ = model_of(regime.config(init, 0, False, data, Path("unused"), smoke), loaded)
         entropies[init] = attention_entropy(model.eval(), normalised_test_images(model, loaded, 256))
     return entropies
 
@@ -380,7 +374,7 @@ def sizing(steps: int = 10) -> None:
     import torch
 
     from structinit.models import create_model
-    from structinit.training.run import prefer_math_attention, resolve_amp
+    from structinit.training.device import prefer_math_attention, resolve_amp
 
     amp = resolve_amp("auto", torch.device("cpu"))
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, autocast {amp}\n")

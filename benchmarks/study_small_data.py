@@ -35,20 +35,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from structinit.studies.grid import (
-    CSV_COLUMNS,
+from structinit.studies.grid import compare, run_dir
+from structinit.studies.ledger import (
     LedgerKey,
-    collect,
-    compare,
     is_recorded,
     ledger_and_runs,
     read_ledger,
-    results_markdown,
-    run_dir,
     write_generated_section,
     write_ledger,
 )
-from structinit.training.run import TrainConfig
+from structinit.studies.results import CSV_COLUMNS, collect, results_markdown
+from structinit.training import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 # optimiser steps are what a CPU budget buys: ~300 at batch 128 for each subset size

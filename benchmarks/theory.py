@@ -27,8 +27,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from structinit.studies.grid import compare, run_dir, write_generated_section
-from structinit.training.run import TrainConfig
+from structinit.studies.grid import compare, run_dir
+from structinit.studies.ledger import write_generated_section
+from structinit.training import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 FILTERS = {  # the column of the table -> the init label

@@ -95,9 +95,10 @@ PARTS = {
 
 @pytest.mark.parametrize("label", list(PARTS))
 def test_each_part_of_the_bundle_changes_only_its_part(make_vit, label):
-    from structinit.inits.labels import parse_init
+    from structinit.inits.labels import InitSpec
 
-    method, options = parse_init(label)
+    spec = InitSpec.parse(label)
+    method, options = spec.method, spec.options
     model = make_vit()
     structinit.initialize(model, "kaiming", seed=1)  # random biases, so that zeroing them shows
     reference = make_vit()

@@ -132,3 +132,26 @@ def test_demo_trains_every_init_on_the_digits_and_draws_both_structured_inits(tm
     for name in ("impulse-init", "impulse", "impulse-init", "impulse"):
         assert (out / f"attention-{name}.png").stat().st_size > 0
     assert "4 runs in" in printed
+
+
+def test_a_run_parses_its_init_label_once(tmp_path, monkeypatch):
+    """The config, the trainer, the model and the report all take the label's InitSpec, which is read
+    from the text once per process (a label new to this process here, so that no earlier test read it)."""
+    from structinit.inits import labels
+
+    parsed, real = [], labels.read_label
+
+    def counted(label):
+        parsed.append(label)
+        return real(label)
+
+    monkeypatch.setattr(labels, "read_label", counted)
+    label = "impulse-soft[kernel_size=5,qk_scale=1.25]"
+    argv = ["train", "--per-class", "10", "--epochs", "1", "--batch-size", "50", "--model-kwargs", "depth=1"]
+    assert main([*argv, "--init", label, "--quiet", "--out", str(tmp_path / "run")]) == 0
+    assert parsed == [label]
+    options = json.loads((tmp_path / "run" / "init_report.json").read_text())["options"]
+    assert (options["kernel_size"], options["target_fidelity"], options["qk_scale"]) == (5, 0.3, 1.25)
+    spec = labels.InitSpec.parse(label)
+    with pytest.raises(TypeError):
+        spec.options["qk_scale"] = 2  # shared by every caller: read only

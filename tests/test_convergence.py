@@ -12,10 +12,11 @@ import yaml
 import structinit
 from conftest import assert_same_final_weights, grid_rows, load_benchmark, make_imagefolder
 from structinit.cli import main
-from structinit.data.datasets import load_data, stratified_split, stratified_subset
+from structinit.data.datasets import load_data
+from structinit.data.subsets import stratified_split, stratified_subset
 from structinit.fidelity import mean_attention
-from structinit.studies.grid import epochs_to_reach, results_markdown, time_to_accuracy
-from structinit.training.run import TrainConfig, train
+from structinit.studies.results import epochs_to_reach, results_markdown, time_to_accuracy
+from structinit.training import TrainConfig, train
 
 FAST = dict(data="digits", per_class=20, model="vit_digits", model_kwargs={"depth": 1}, batch_size=50, quiet=True)
 
@@ -57,14 +58,14 @@ def test_a_run_with_a_validation_split_never_touches_the_test_set(tmp_path, monk
     """It evaluates on the held-out training images (val_* metrics) and trains exactly what the run
     without the split trains: the same subset, the same weights."""
     seen = []
-    real = structinit.training.run._evaluate
+    real = structinit.training.run.evaluate
 
     def spy(model, batches, device, world, amp, split="test"):
         batches = list(batches)
         seen.append((split, sum(len(y) for _, y in batches)))
         return real(model, iter(batches), device, world, amp, split)
 
-    monkeypatch.setattr(structinit.training.run, "_evaluate", spy)
+    monkeypatch.setattr(structinit.training.run, "evaluate", spy)
     summary = train(TrainConfig(**FAST, epochs=2, val_per_class=30, out=str(tmp_path / "val")))
     assert seen == [("val", 300), ("val", 300)]
     assert "val_top1" in summary and "test_top1" not in summary

@@ -11,7 +11,7 @@ from structinit.cli import main
 from structinit.inspection.rank import feature_ranks, stable_rank
 from structinit.models import create_model
 from structinit.offsets import kernel_offsets
-from structinit.training.run import TrainConfig, train
+from structinit.training import TrainConfig, train
 
 
 def convmixer(kernel_size=3, dim=32, depth=2):
@@ -90,7 +90,7 @@ def test_frozen_filters_stay_bit_identical_and_are_not_optimised(tmp_path):
     )
     train(config)
     trained = torch.load(run / "last.pt", map_location="cpu", weights_only=False)["model"]
-    at_init, _ = structinit.training.run.build_model(config, structinit.training.run.load_data("digits", per_class=20))
+    at_init, _ = structinit.training.recipe.model_of(config, structinit.data.datasets.load_data("digits", per_class=20))
     for name, value in at_init.state_dict().items():
         if name.startswith("blocks.") and ".fn.0." in name:
             assert torch.equal(trained[name], value), name  # the frozen depthwise filters

@@ -12,7 +12,7 @@ import torch
 
 import structinit
 from structinit.cli import main
-from structinit.training.rundir import MetricsLog
+from structinit.training.record import MetricsLog
 
 FLAGS = ["--per-class", "20", "--model-kwargs", "depth=2", "--batch-size", "50", "--quiet"]
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

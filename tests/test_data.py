@@ -6,8 +6,9 @@ import torch
 from PIL import Image
 
 from conftest import make_imagefolder
-from structinit.data.datasets import StreamData, TensorData, load_data, parse_spec, stratified_subset
-from structinit.training.run import TrainConfig, train
+from structinit.data.datasets import StreamData, TensorData, load_data, parse_spec
+from structinit.data.subsets import stratified_subset
+from structinit.training import TrainConfig, train
 
 
 def test_digits_is_the_fixed_split_of_sklearn_digits():

@@ -1,13 +1,16 @@
 """timm's dialect: its flag names, a config file that a run's own config.yaml can be, the environment
 a run records, and the optional loggers (TensorBoard, W&B) beside metrics.jsonl."""
 
+import dataclasses
+
 import pytest
 import torch
 import yaml
 
-from structinit.cli.commands import EMA_DECAY, build_parser, main, train_config
-from structinit.training.run import TrainConfig, read_config
-from structinit.training.rundir import MetricsLog
+from structinit.cli.commands import main
+from structinit.cli.parser import EMA_DECAY, build_parser, train_config
+from structinit.training import TrainConfig, read_config
+from structinit.training.record import MetricsLog
 
 FLAGS = ["--per-class", "20", "--model-kwargs", "depth=2", "--batch-size", "50", "--quiet"]
 
@@ -93,9 +96,7 @@ def test_a_runs_config_yaml_fed_back_repeats_the_run_bit_for_bit(tmp_path):
     clock = ("time", "img_per_s", "epoch_seconds")
     strip = lambda run: [{k: v for k, v in r.items() if k not in clock} for r in MetricsLog(run).epochs()]  # noqa: E731
     assert strip(first) == strip(again)
-    assert read_config(again / "config.yaml") == read_config(first / "config.yaml").__class__(
-        **{**read_config(first / "config.yaml").__dict__, "out": str(again)}
-    )
+    assert read_config(again / "config.yaml") == dataclasses.replace(read_config(first / "config.yaml"), out=str(again))
     assert main(["train", "--resume", "-c", str(first / "config.yaml"), "--out", str(first)]) == 2
 
 

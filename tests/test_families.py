@@ -1,6 +1,8 @@
 """Swin and MLP-Mixer: the impulse init through Swin's relative-position bias and through Mixer's
 token-mixing MLP; fidelity, determinism, what stays untouched, training, and the errors."""
 
+import dataclasses
+
 import pytest
 import timm
 import torch
@@ -12,7 +14,7 @@ from structinit.adapters.mixer import MixerAdapter
 from structinit.adapters.swin import SwinAdapter
 from structinit.models import create_model
 from structinit.offsets import offset_mass, target_indices
-from structinit.training.run import TrainConfig, train
+from structinit.training import TrainConfig, train
 
 
 def small_swin(**kwargs):
@@ -185,7 +187,7 @@ def test_one_epoch_trains_and_updates_the_structured_weights(tmp_path, model, kw
     config = TrainConfig(
         data="digits", per_class=10, model=model, model_kwargs=kwargs, batch_size=50, epochs=1, init="impulse"
     )
-    summary = train(TrainConfig(**{**config.__dict__, "out": str(run), "quiet": True}))
+    summary = train(dataclasses.replace(config, out=str(run), quiet=True))
     assert summary["finished"] and summary["init"]["min_fidelity"] > 0.97
     assert torch.isfinite(torch.tensor(summary["train_loss"]))
     state = torch.load(run / "last.pt", map_location="cpu", weights_only=False)["model"]

@@ -9,9 +9,9 @@ import torch
 
 from conftest import assert_same_final_weights, grid_rows
 from structinit.cli import main
+from structinit.errors import RunError
 from structinit.studies.launch import Cluster, TrainJob
-from structinit.training.run import TrainConfig, train
-from structinit.training.rundir import RunError
+from structinit.training import TrainConfig, train
 
 pytest.importorskip("submitit")
 

@@ -8,9 +8,16 @@ import torch
 
 import structinit
 from conftest import small_vit
-from structinit.inits.labels import DEFAULT, VARIANTS, parse_init, split_top_level, with_options
+from structinit.inits.labels import DEFAULT, VARIANTS, InitSpec, split_top_level, with_options
 from structinit.inits.options import FilterOptions, ImpulseOptions, MimeticOptions
 from test_families import small_swin
+
+
+def parse_init(label):
+    """(method, options with the kernel size among them) of a label."""
+    spec = InitSpec.parse(label)
+    size = {} if spec.kernel_size is None else {"kernel_size": spec.kernel_size}
+    return spec.method, {**spec.options, **size}
 
 
 def test_a_method_a_variant_and_options_in_brackets():
@@ -24,6 +31,9 @@ def test_a_method_a_variant_and_options_in_brackets():
     assert method == "impulse" and options["solver"] == "authors"
     assert options["qk_scale"] == 2 and options["blind_to_content"] is True  # brackets override the variant
     assert parse_init("default") == (DEFAULT, {})
+    spec = InitSpec.parse("impulse-soft[kernel_size=5]")
+    assert (spec.method, spec.kernel_size, spec.label) == ("impulse", 5, "impulse-soft[kernel_size=5]")
+    assert "kernel_size" not in spec.options and not spec.is_default and InitSpec.parse("default").is_default
 
 
 @pytest.mark.parametrize(

@@ -17,10 +17,14 @@ import yaml
 
 from structinit import files as files_module
 from structinit.cli import main
-from structinit.studies.grid import compare, results_markdown
+from structinit.errors import RunError
+from structinit.studies.grid import compare
+from structinit.studies.results import results_markdown
+from structinit.training import TrainConfig, read_config, resume_config, train
 from structinit.training import checkpoint as checkpoint_module
-from structinit.training.run import TrainConfig, TrainingDiverged, read_config, resume_config, train
-from structinit.training.rundir import MetricsLog, RunError, RunLock
+from structinit.training.lock import RunLock
+from structinit.training.record import MetricsLog
+from structinit.training.run import TrainingDiverged
 
 FAST = dict(data="digits", per_class=20, model="vit_digits", model_kwargs={"depth": 2}, batch_size=50, quiet=True)
 FLAGS = ["--per-class", "20", "--model-kwargs", "depth=2", "--batch-size", "50", "--quiet"]

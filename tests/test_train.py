@@ -11,10 +11,14 @@ import pytest
 import torch
 
 from structinit.cli import main
+from structinit.data.datasets import load_data
 from structinit.studies.grid import compare
+from structinit.training import TrainConfig, resume_config, train
+from structinit.training import recipe as recipe_module
 from structinit.training import run as train_module
+from structinit.training.device import prefer_math_attention, resolve_amp
 from structinit.training.provenance import device_name
-from structinit.training.run import TrainConfig, TrainingDiverged, resolve_amp, resume_config, train
+from structinit.training.run import TrainingDiverged
 
 FAST = dict(data="digits", per_class=20, model="vit_digits", model_kwargs={"depth": 2}, batch_size=50, quiet=True)
 
@@ -48,7 +52,7 @@ def test_a_diverging_loss_stops_the_run_and_keeps_the_last_good_checkpoint(
 ):
     """The losses are checked every `check_every` steps and at the epoch's end (4 steps here): the
     message names the first step whose loss was not finite, whichever check finds it."""
-    real = train_module.LabelSmoothingCrossEntropy
+    real = recipe_module.LabelSmoothingCrossEntropy
     calls = {"n": 0}
 
     class Diverging(real):
@@ -57,7 +61,7 @@ def test_a_diverging_loss_stops_the_run_and_keeps_the_last_good_checkpoint(
             loss = super().forward(x, target)
             return loss * float("nan") if calls["n"] > good_steps else loss  # dies in epoch 2
 
-    monkeypatch.setattr(train_module, "LabelSmoothingCrossEntropy", Diverging)
+    monkeypatch.setattr(recipe_module, "LabelSmoothingCrossEntropy", Diverging)
     monkeypatch.setattr(train_module, "FINITE_CHECK_STEPS", check_every)
     message = rf"the loss became nan at epoch 2, step {step}; the last good checkpoint"
     with pytest.raises(TrainingDiverged, match=message):
@@ -192,7 +196,7 @@ def test_init_labels_reach_the_init_and_eval_every_skips_test_epochs(tmp_path):
 def test_convmixer_reference_trains_as_constructed(tmp_path):
     config = TrainConfig(**{**FAST, "model": "convmixer_d6_p4"}, init="default", epochs=1, out=str(tmp_path / "cm"))
     torch.manual_seed(0)
-    model, report = train_module.build_model(config, train_module.load_data("digits", per_class=20))
+    model, report = recipe_module.model_of(config, load_data("digits", per_class=20))
     assert report.method == "default" and report.layers == []
     depthwise = [m for m in model.modules() if isinstance(m, torch.nn.Conv2d) and m.groups > 1]
     assert [(m.kernel_size, m.out_channels) for m in depthwise] == [((3, 3), 192)] * 2  # FAST: depth 2
@@ -205,7 +209,7 @@ def test_cpu_bf16_runs_attention_unfused():
     from conftest import small_vit
 
     model = small_vit()
-    train_module.prefer_math_attention(model, torch.device("cpu"), None)  # fp32: fused is faster, stays
+    prefer_math_attention(model, torch.device("cpu"), None)  # fp32: fused is faster, stays
     assert all(block.attn.fused_attn for block in model.blocks)
-    train_module.prefer_math_attention(model, torch.device("cpu"), torch.bfloat16)
+    prefer_math_attention(model, torch.device("cpu"), torch.bfloat16)
     assert not any(block.attn.fused_attn for block in model.blocks)

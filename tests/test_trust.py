@@ -25,9 +25,13 @@ from structinit.cli import main
 from structinit.data.datasets import load_data
 from structinit.errors import RunError
 from structinit.inits.api import initialize
-from structinit.studies.grid import collect, compare
-from structinit.training.run import TrainConfig, read_config, resume_config, train
-from structinit.training.rundir import MetricsLog, RunLock, clear_run, identity
+from structinit.studies.grid import compare
+from structinit.studies.results import collect
+from structinit.training import TrainConfig, read_config, resume_config, train
+from structinit.training.identity import identity
+from structinit.training.lock import RunLock
+from structinit.training.ownership import clear_run
+from structinit.training.record import MetricsLog
 
 FAST = dict(data="digits", per_class=20, model="vit_digits", model_kwargs={"depth": 2}, batch_size=50, quiet=True)
 FLAGS = ["--per-class", "20", "--model-kwargs", "depth=2", "--batch-size", "50", "--quiet"]
@@ -113,7 +117,7 @@ def test_a_resume_change_is_recorded_with_its_first_checkpoint_and_a_crash_befor
             raise KeyboardInterrupt  # just after the checkpoint of epoch 3 became durable
         return real(path, text, then)
 
-    monkeypatch.setattr("structinit.training.run.atomic_write_text", crash)
+    monkeypatch.setattr("structinit.training.rundir.atomic_write_text", crash)
     with pytest.raises(KeyboardInterrupt):
         train(resume_config(run, epochs=3, lr=5e-4))
     monkeypatch.undo()

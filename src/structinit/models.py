@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import inspect
+import random
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import timm
 import torch
 from timm.layers import build_sincos2d_pos_embed, to_2tuple
@@ -14,6 +16,9 @@ from timm.models.mlp_mixer import MlpMixer
 from torch import nn
 
 from .errors import first_line
+from .inits.api import initialize
+from .inits.labels import DEFAULT, InitSpec
+from .report import Report
 
 # the paper's v1 ViT at 32 px: no class token, global average pooling, a fixed 2-D sin-cos position table
 V1 = dict(img_size=32, class_token=False, global_pool="avg", pos_embed="sincos")
@@ -119,3 +124,18 @@ def _takes_img_size(arch: str | Callable[..., nn.Module]) -> bool:
     if callable(arch):
         return "img_size" in inspect.signature(arch).parameters
     return arch.split("_")[0] in {"vit", "deit", "eva", "swin", "mixer", "beit"}
+
+
+def build_model(
+    name: str, spec: InitSpec, seed: int, *, num_classes: int, in_chans: int, data_size: int | None, **kwargs: Any
+) -> tuple[nn.Module, Report]:
+    """`create_model`, then the init `spec` names, with every random stream seeded by `seed` first (the
+    weights timm draws before the init, e.g. MLPs and head, depend on it): the same arguments give the
+    same weights in every process. Returns (model, report)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    model = create_model(name, num_classes=num_classes, in_chans=in_chans, data_size=data_size, **kwargs)
+    if spec.is_default:
+        return model, Report(DEFAULT, type(model).__name__, [], seed=seed)
+    return model, initialize(model, spec.method, kernel_size=spec.kernel_size, seed=seed, **spec.options)

@@ -9,6 +9,10 @@ a grid can compare settings of one method side by side.
 from __future__ import annotations
 
 import ast
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from .convmixer import FILTER_METHODS
@@ -71,10 +75,36 @@ def split_top_level(text: str) -> list[str]:
     return [p.strip() for p in parts if p.strip()]
 
 
-def parse_init(label: str) -> tuple[str, dict[str, Any]]:
-    """An init label -> (method, options), e.g. 'impulse-authors[qk_scale=2]' ->
-    ('impulse', {'solver': 'authors', ..., 'qk_scale': 2}). Options in brackets override the variant's.
-    'default' gives (DEFAULT, {}). Unknown names raise ValueError listing the known ones."""
+@dataclass(frozen=True)
+class InitSpec:
+    """An init label, parsed: its method, the method's options (a variant's, then the label's own; read
+    only) and the kernel size it names. 'default' is the method DEFAULT with no options."""
+
+    label: str
+    method: str
+    options: Mapping[str, Any]
+    kernel_size: int | None = None
+
+    @classmethod
+    def parse(cls, label: str) -> InitSpec:
+        """E.g. 'impulse-authors[qk_scale=2,kernel_size=5]' -> method 'impulse', options {'solver':
+        'authors', ..., 'qk_scale': 2}, kernel size 5. Unknown names and options raise ValueError. A
+        label is read once per process: every later call returns the same spec."""
+        return _parsed(label)
+
+    @property
+    def is_default(self) -> bool:
+        """The model is left as its constructor made it."""
+        return self.method == DEFAULT
+
+
+@functools.cache
+def _parsed(label: str) -> InitSpec:
+    return read_label(label)
+
+
+def read_label(label: str) -> InitSpec:
+    """What InitSpec.parse returns, read from the text every time."""
     name, bracket, rest = label.strip().partition("[")
     if bracket and not rest.endswith("]"):
         raise ValueError(f"init label {label!r}: options go in brackets at the end, e.g. impulse[target_fidelity=0.9]")
@@ -82,7 +112,7 @@ def parse_init(label: str) -> tuple[str, dict[str, Any]]:
     if name == DEFAULT:
         if extra:
             raise ValueError(f"init label {label!r}: {DEFAULT!r} takes no options")
-        return DEFAULT, {}
+        return InitSpec(label, DEFAULT, MappingProxyType({}))
     if name in VARIANTS:
         method, options = VARIANTS[name][0], {**VARIANTS[name][1], **extra}
     elif name in METHODS or name in FILTER_METHODS:
@@ -91,8 +121,9 @@ def parse_init(label: str) -> tuple[str, dict[str, Any]]:
         known = sorted({*METHODS, *FILTER_METHODS, *VARIANTS, DEFAULT})
         hint = "options in brackets: impulse[a=1,b=2]"
         raise ValueError(f"unknown init {name!r}; choose from {', '.join(known)} ({hint})")
-    check_options(method, {k: v for k, v in options.items() if k != KERNEL_SIZE})
-    return method, options
+    kernel_size = options.pop(KERNEL_SIZE, None)
+    check_options(method, options)
+    return InitSpec(label, method, MappingProxyType(options), kernel_size)
 
 
 def with_options(label: str, options: dict[str, Any]) -> str:

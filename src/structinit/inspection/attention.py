@@ -12,10 +12,9 @@ import matplotlib.pyplot as plt
 import torch
 
 from ..adapters import get_adapter
+from ..data.batches import normalised_test_images
 from ..fidelity import mean_attention
-from ..inits.labels import DEFAULT, KERNEL_SIZE, parse_init
 from ..report import best_offsets
-from ..training.run import normalised_test_images
 from .target import load_target
 
 
@@ -42,7 +41,7 @@ def attention_figure(
     batch = normalised_test_images(model, dataset, images)
     maps = mean_attention(model, batch)
     grid = get_adapter(model).grid
-    kernel_size = 3 if config.init == DEFAULT else parse_init(config.init)[1].get(KERNEL_SIZE, 3)
+    kernel_size = config.init_spec.kernel_size or 3
     heads = [best_offsets(m.unsqueeze(0), kernel_size, grid, 0) for m in maps]
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

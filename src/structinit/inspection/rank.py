@@ -86,7 +86,7 @@ def rank_figure(
 ) -> tuple[list[LayerRank], Path]:
     """`structinit rank`: stable ranks of a run's or a model's features on `images` test images,
     and a PNG of them per layer with min(N, D) drawn for reference."""
-    from ..training.run import normalised_test_images
+    from ..data.batches import normalised_test_images
     from .target import load_target
 
     model, dataset, title, _ = load_target(

@@ -12,7 +12,9 @@ from ..data.datasets import StreamData, TensorData, load_data
 from ..errors import RunError, first_line
 from ..models import is_model_name
 from ..training.checkpoint import load_checkpoint
-from ..training.run import TrainConfig, build_model, read_config
+from ..training.config_file import read_config
+from ..training.recipe import model_of
+from ..training.settings import TrainConfig
 
 
 def load_target(
@@ -31,7 +33,7 @@ def load_target(
     if (run / "config.yaml").exists():
         config = read_config(run / "config.yaml")
         dataset = load_data(data or config.data, root=config.data_root, cache_dir=config.cache_dir)
-        model, _ = build_model(config, dataset)
+        model, _ = model_of(config, dataset)
         state = "at initialisation"
         if not at_init:
             if not (run / "last.pt").exists():
@@ -51,6 +53,6 @@ def load_target(
             raise FileNotFoundError(f"{target} is neither a run directory nor a timm model name or preset")
         config = TrainConfig(model=target, init=init, seed=seed, model_kwargs=model_kwargs or {})
         dataset = load_data(data or "digits")
-        model, _ = build_model(config, dataset)
+        model, _ = model_of(config, dataset)
         title = f"{target}, {init} init (seed {seed}), at initialisation"
     return model.eval(), dataset, title, config

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..training.rundir import RunError
+from ..errors import RunError
 
 if TYPE_CHECKING:
-    from ..training.run import TrainConfig
+    from ..training.settings import TrainConfig
 
 CLUSTERS = ("slurm", "local")
 

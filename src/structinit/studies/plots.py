@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
-from .grid import CELL_KEYS  # the cells of results.md: tables and figures split rows alike
+from .results import CELL_KEYS  # the cells of results.md: tables and figures split rows alike
 
 # one colour per init label in every figure, whatever else the grid holds; other labels (with
 # options) take a colour from their own text, so they too keep it from figure to figure

@@ -1,5 +1,9 @@
-"""One training run: the trainer (run.py), its directory (rundir.py), checkpoints, loggers and provenance."""
+"""One training run: its settings (settings.py, read back by config_file.py), what it trains (recipe.py)
+on which device (device.py), its directory (rundir.py: lock, ownership, record, checkpoint, loggers,
+provenance) and the trainer that drives them (run.py)."""
 
-from .run import TrainConfig, presets, read_config, resume_config, train
+from .config_file import read_config
+from .run import resume_config, train
+from .settings import TrainConfig, presets
 
 __all__ = ["TrainConfig", "presets", "read_config", "resume_config", "train"]

@@ -1,396 +1,220 @@
-"""One run directory: who may write it (a lock), what it is (its resolved config and a hash of it),
-what may change when it resumes, and its metrics log, which never holds an epoch twice or loses one.
-
-    RUN/config.yaml     the resolved config (rewritten when a resume changes a setting)
-    RUN/metrics.jsonl   one line per finished epoch, appended after its checkpoint is durable;
-                        {"event": "resume", ...} lines record what a resume changed
-    RUN/last.pt         the last good checkpoint (checkpoint.py); RUN/prev.pt the one before
-    RUN/summary.json    written when the run finishes
-    RUN/init_report.json what the init did (written when the run starts)
-    RUN/snapshots/      weights kept at --snapshot-epochs
-    RUN/.lock           held by the process training the run (removed when it is done)
-
-These names are the tool's own: it deletes them (and its temporary files, `.NAME.tmpPID`) only where
-it can prove they are its unfinished work, and never anything else in the directory.
-"""
+"""One run's directory as its trainer keeps it: opened fresh (claimed, its config written) or resumed
+(its checkpoint loaded, a record a crash left behind repaired, the changes a resume may make kept to
+be written with its first new checkpoint), then a checkpoint and a log line for every epoch, and
+summary.json at the end. The record never says what was not trained."""
 
 from __future__ import annotations
 
-import errno
-import hashlib
+import dataclasses
 import json
-import os
-import re
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
+from torch import nn
 
 from ..errors import RunError
-from ..files import atomic_write_text, remove_temporaries
+from ..files import atomic_save, atomic_write_text
+from .checkpoint import load_checkpoint
+from .config_file import config_values, read_run_config
+from .identity import RESUMABLE, identity, identity_differences, resume_changes
+from .ownership import RESULTS, check_fresh, clear_temporaries, snapshot_path
 from .provenance import ENVIRONMENT
-
-# Settings a resumed run may change: they change how long it goes on, its learning rate, or only
-# how it is watched and where it runs. Anything else would make it another run.
-RESUMABLE = (
-    "epochs",
-    "lr",
-    "stop_after",
-    "eval_every",
-    "eval_batch_size",
-    "snapshot_epochs",
-    "device",
-    "workers",
-    "compile",
-    "quiet",
-    "log",
-)
-# Settings that never change what a run computes: left out of its identity.
-NOT_IDENTITY = (
-    "out",
-    "resume",
-    "stop_after",
-    "quiet",
-    "device",
-    "workers",
-    "compile",
-    "eval_batch_size",
-    "cache_dir",
-    "data_root",
-    "download",
-    "log",
-)
+from .record import MetricsLog, checkpoint_lines, read_record, summary_of_the_run
+from .settings import TrainConfig, flag
 
 
-# what a run writes (besides snapshots/ and tensorboard/), and the files that hold its results
-RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.json", "last.pt", "prev.pt", "init_report.json", "wandb_id")
-RESULTS = ("last.pt", "prev.pt", "summary.json", "metrics.jsonl")
-SNAPSHOT = re.compile(r"^epoch_\d{4}\.pt$")
-TENSORBOARD = re.compile(r"^events\.out\.tfevents\.")
+class RunDir:
+    """The files of the run `config.out` (written by the main process only, `main`)."""
 
+    def __init__(self, config: TrainConfig, main: bool = True) -> None:
+        self.config, self.main = config, main
+        self.out = Path(config.out)
+        self.log = MetricsLog(self.out)
+        self.checkpoint_path = self.out / "last.pt"
+        # what a resume changed (log events), and where it goes on: written with its first checkpoint
+        self.pending: list[dict[str, Any]] = []
+        self.env: dict[str, Any] | None = None
 
-class RunLock:
-    """An exclusive lock on a directory (an flock on DIR/.lock, released when the process ends, even
-    by kill -9): a second process training the same run, or the same grid, is refused at once. The
-    holder removes DIR/.lock when it is done, so that a run leaves no file it does not need."""
+    @property
+    def last_epoch(self) -> int:
+        """The epoch this process trains to."""
+        config = self.config
+        return config.epochs if config.stop_after is None else min(config.epochs, config.stop_after)
 
-    def __init__(self, folder: Path, what: str = "run") -> None:
-        self.folder, self.what, self.file = Path(folder), what, None
+    def open(self, env: dict[str, Any]) -> dict[str, Any] | None:
+        """A fresh run claims its directory and writes its config (returns None); a resumed one returns
+        its checkpoint, having repaired its record and kept the changes it may make (refusing others)."""
+        config = self.config
+        used = (("snapshots", config.snapshot_epochs), ("tensorboard", "tensorboard" in config.log))
+        folders = [name for name, on in used if on and (self.out / name).exists() and not (self.out / name).is_dir()]
+        if folders:
+            raise RunError(f"{self.out / folders[0]} is a file, where the run keeps its {folders[0]}: move it away")
+        if not config.resume:
+            if self.main:
+                check_fresh(self.out)
+                self.out.mkdir(parents=True, exist_ok=True)
+                write_config(self.out, dataclasses.asdict(config), env)
+            return None
+        checkpoint = self.load_last()
+        done = checkpoint["epoch"]
+        saved = TrainConfig(**{**config_values(checkpoint["config"], "last.pt"), "resume": True})
+        changes = self.allowed_changes(saved, done)
+        if self.main:
+            self.refuse_files_ahead(saved, done, checkpoint["model"])
+            clear_temporaries(self.out)
+            self.log.reconcile(done, checkpoint_lines(checkpoint))
+            before = self.repair_record(saved, done)
+            if changes:
+                self.pending.append({"event": "resume", "after_epoch": done, "changed": changes})
+            if env != before:  # resumed elsewhere: config.yaml says where it goes on, the log where it was
+                self.pending.append({"event": "environment", "after_epoch": done, ENVIRONMENT: env})
+            self.env = env  # config.yaml is written again with the first checkpoint, where it says otherwise
+        return checkpoint
 
-    def __enter__(self) -> RunLock:
-        try:
-            import fcntl
-        except ImportError:  # Windows: no flock; the lock is advisory anyway
-            return self
-        self.folder.mkdir(parents=True, exist_ok=True)
-        path = self.folder / ".lock"
-        while self.file is None:
-            file = open(path, "a+")
+    def load_last(self) -> dict[str, Any]:
+        if not self.checkpoint_path.exists():
+            held = [name for name in RESULTS if (self.out / name).exists()]
+            if held:
+                raise RunError(
+                    f"{self.out} has no last.pt to resume from, only {', '.join(held)}: its results stay as they "
+                    "are; train again into another --out"
+                )
+            raise RunError(
+                f"{self.out} has no checkpoint yet (it stopped before its first epoch ended): "
+                "run it again without --resume"
+            )
+        return load_checkpoint(self.checkpoint_path)
+
+    def allowed_changes(self, saved: TrainConfig, done: int) -> dict[str, list[Any]]:
+        """What this resume changes of the run (resume_changes), refusing changes that would train
+        nothing, a --stop-after it is past and snapshot epochs it is past."""
+        config = self.config
+        changes = resume_changes(dataclasses.asdict(saved), dataclasses.asdict(config), done)
+        if changes and done >= self.last_epoch:
+            if "epochs" in changes:
+                raise RunError(
+                    f"--epochs {config.epochs}: {self.out} has done {done} epochs of a {saved.epochs}-epoch schedule, "
+                    "and a run cannot be declared finished on a schedule it did not follow: use its last.pt as it "
+                    "is, or train on"
+                )
+            listed = ", ".join(f"{flag(k)} {v[1]!r}" for k, v in changes.items())
+            raise RunError(
+                f"{self.out} has done {done} of its epochs, so {listed} would change nothing and nothing was "
+                "written: add --epochs N to train longer"
+            )
+        if config.stop_after is not None and config.stop_after <= done < config.epochs:
+            raise RunError(
+                f"--stop-after {config.stop_after}: {self.out} has already done {done} epochs, so it would train "
+                f"nothing: give a later epoch, or leave it out to train to epoch {config.epochs}"
+            )
+        past = [e for e in config.snapshot_epochs if e <= done and not snapshot_path(self.out, e).exists()]
+        if past and "snapshot_epochs" in changes:
+            raise RunError(
+                f"--snapshot-epochs {','.join(map(str, past))}: the run is past them (it has done {done} epochs) "
+                "and did not keep them: list only later epochs"
+            )
+        return changes
+
+    def refuse_files_ahead(self, saved: TrainConfig, done: int, model: dict[str, torch.Tensor]) -> None:
+        """Refuse files the run would write over that it has not written: a snapshot of an epoch it has not
+        reached that is not weights of its model (its own, kept before a crash or a prev.pt copied over
+        last.pt, is trained again, to the same weights), a prev.pt that is not its checkpoint before last.pt."""
+        ahead = [snapshot_path(self.out, e) for e in self.config.snapshot_epochs if e > done]
+        ahead = [path for path in ahead if path.exists() and not _snapshot_of(path, model)]
+        prev = self.out / "prev.pt"
+        if prev.exists():
             try:
-                fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                file.seek(0)
-                holder = file.read().strip() or "another process"
-                file.close()
-                fix = "wait for it to finish or use another --out"
-                raise RunError(f"{self.folder} is in use by {holder}: {fix}") from None
-            if _same_file(file, path) and os.fstat(file.fileno()).st_nlink == 1:
-                self.file = file
-            elif _same_file(file, path):  # held, and shared with a hard-linked copy: this directory gets its own
-                path.unlink()
-                file.close()
-            else:  # locked a file its holder removed on leaving: lock the one there now
-                file.close()
-        self.file.seek(0)
-        self.file.truncate()
-        self.file.write(f"pid {os.getpid()} ({self.what})")
-        self.file.flush()
-        return self
+                before = load_checkpoint(prev, mmap=True)
+                differ = identity_differences(before["config"], dataclasses.asdict(saved), leave_out=RESUMABLE)
+                ours = before["epoch"] <= done and not differ
+            except (RunError, TypeError, KeyError):
+                ours = False
+            if not ours:
+                ahead.append(prev)
+        if ahead:
+            raise RunError(
+                f"{ahead[0]} is not this run's (it is at epoch {done}), and the run would write over it: move it "
+                "away (it stays as it is), then --resume"
+            )
 
-    def __exit__(self, *exc: object) -> None:
-        if self.file is not None:
-            (self.folder / ".lock").unlink(missing_ok=True)  # still held: no one else holds this file
-            self.file.close()
-            self.file = None
+    def repair_record(self, saved: TrainConfig, done: int) -> dict[str, Any] | None:
+        """Make config.yaml and summary.json agree with the checkpoint (a crash between a checkpoint and
+        its record, or a record an older structinit wrote ahead of it); returns the recorded environment."""
+        path = self.out / "config.yaml"
+        try:
+            recorded, before = read_run_config(path) if path.exists() else (None, None)
+        except RunError:
+            recorded, before = None, None
+        values = {**dataclasses.asdict(saved), "resume": False}
+        if recorded is None or identity(dataclasses.asdict(recorded)) != identity(values):
+            write_config(self.out, values, before or {})
+        summary = self.out / "summary.json"
+        if summary.exists():
+            record = read_record(summary, "move it away: --resume writes the run's own when it finishes")
+            if not summary_of_the_run(self.log.epochs(), record):
+                raise RunError(
+                    f"{summary} is not this run's (no epoch of its metrics.jsonl ends with it): move it away "
+                    "(it stays as it is); --resume writes the run's own when it finishes"
+                )
+            if record["epochs_done"] != done:
+                summary.unlink()  # this run's own, behind its checkpoint: written again when it finishes
+        return before
+
+    def read_summary(self) -> dict[str, Any]:
+        return read_record(self.out / "summary.json", "delete it: --resume writes it again")
+
+    def start(self, report: dict[str, Any], model: nn.Module) -> None:
+        """A fresh run's init report, and its snapshot at init if asked."""
+        atomic_write_text(self.out / "init_report.json", json.dumps(report, indent=2))
+        if 0 in self.config.snapshot_epochs:
+            save_snapshot(model, self.out, 0)
+
+    def save(self, state: dict[str, Any], model: nn.Module, metrics: dict[str, Any]) -> None:
+        """Checkpoint an epoch (durably, keeping the previous one, with its log lines), then write the
+        record: what a resume changed (with its first checkpoint), the epoch's line. A snapshot comes first."""
+        epoch = metrics["epoch"]
+        lines = [*self.pending, metrics]
+        if epoch in self.config.snapshot_epochs:  # before the checkpoint: an epoch checkpointed has its snapshot
+            save_snapshot(model, self.out, epoch)
+        atomic_save({**state, "metrics": metrics, "log": lines}, self.checkpoint_path, keep_previous=True)
+        if self.env is not None:
+            (self.out / "summary.json").unlink(missing_ok=True)  # the run goes on past it
+            values = {**dataclasses.asdict(self.config), "resume": False}
+            write_config(self.out, values, self.env, if_changed=True)
+        self.log.append(*lines)
+        self.pending, self.env = [], None
+
+    def finish(self, summary: dict[str, Any]) -> None:
+        atomic_write_text(self.out / "summary.json", json.dumps(summary, indent=2), then=" and --resume")
 
 
-def _same_file(file: Any, path: Path) -> bool:
+def write_config(out: Path, values: dict[str, Any], env: dict[str, Any], if_changed: bool = False) -> None:
+    """The settings as asked (read back with read_config), then where they ran (`if_changed`: only if
+    the file says otherwise)."""
+    text = yaml.safe_dump({**values, ENVIRONMENT: env}, sort_keys=False)
+    path = out / "config.yaml"
+    if not (if_changed and path.exists() and path.read_text() == text):
+        atomic_write_text(path, text)
+
+
+def save_snapshot(model: nn.Module, out: Path, epoch: int) -> None:
+    """The model's weights after `epoch` (0: at init) in OUT/snapshots, for measuring how what the
+    init put in changes along training (benchmarks/bench_mechanism.py --part training)."""
+    path = snapshot_path(out, epoch)
+    path.parent.mkdir(exist_ok=True)
+    atomic_save(model.state_dict(), path)
+
+
+def _snapshot_of(path: Path, model: dict[str, torch.Tensor]) -> bool:
+    """Whether `path` holds weights of the model `model` is the state of (the same names and shapes)."""
     try:
-        return os.path.samestat(os.fstat(file.fileno()), os.stat(path))
-    except FileNotFoundError:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:
         return False
-
-
-def identity(config: dict[str, Any]) -> dict[str, Any]:
-    """The settings that decide what a run computes."""
-    return {k: v for k, v in config.items() if k not in NOT_IDENTITY}
-
-
-def config_hash(config: dict[str, Any], leave_out: tuple[str, ...] = ()) -> str:
-    """A short hash of a run's identity (less `leave_out`): equal hashes, the same computation."""
-    fields = {k: v for k, v in identity(config).items() if k not in leave_out}
-    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:10]
-
-
-def flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def resume_changes(saved: dict[str, Any], asked: dict[str, Any], epochs_done: int) -> dict[str, list[Any]]:
-    """The settings `asked` changes from the run's `saved` config, as {name: [saved, asked]}.
-
-    Raises RunError, naming every flag, if any of them cannot change in a resumed run, or if the
-    run would end before the epochs it has done."""
-    changed = {k: [saved.get(k), v] for k, v in asked.items() if k != "resume" and saved.get(k) != v}
-    fixed = [k for k in changed if k not in RESUMABLE and k != "out"]
-    if fixed:
-        listed = ", ".join(f"{flag(k)} {changed[k][1]!r} (the run has {changed[k][0]!r})" for k in fixed)
-        raise RunError(f"--resume cannot change {listed}: start a new run with another --out")
-    if asked.get("epochs", saved["epochs"]) < epochs_done:
-        raise RunError(f"--epochs {asked['epochs']}: the run has already done {epochs_done} epochs")
-    return {k: v for k, v in changed.items() if k in ("epochs", "lr", "eval_every", "snapshot_epochs", "log")}
-
-
-# settings whose change in a resume changes what the run trains (its schedule, its learning rate)
-TRAINING = ("epochs", "lr")
-
-
-class MetricsLog:
-    """RUN/metrics.jsonl. An epoch's line is appended (and fsynced) after its checkpoint is durable;
-    the checkpoint also holds that line (and the events before it), so `reconcile` can put back lines
-    a crash lost, and drops lines of epochs after the checkpoint, so a resumed run never logs an
-    epoch twice."""
-
-    FIX = "remove the damaged line(s); --resume puts back the lines its checkpoint holds"
-
-    def __init__(self, run: Path) -> None:
-        self.path = Path(run) / "metrics.jsonl"
-
-    def records(self) -> list[dict[str, Any]]:
-        """Every line, as a dict with an "epoch" or an "event". A torn last line (a crash mid-write)
-        is dropped; any other line that is not such a record is damage, named in one line."""
-        if not self.path.exists():
-            return []
-        try:
-            lines = self.path.read_text().splitlines()
-        except UnicodeDecodeError:
-            raise RunError(f"{self.path} is damaged (not text): {self.FIX}") from None
-        records = []
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                if number == len(lines):
-                    continue
-                raise RunError(f"{self.path} line {number} is damaged (not JSON): {self.FIX}") from None
-            if not _is_record(record):
-                raise RunError(f"{self.path} line {number} is not an epoch or event record: {self.FIX}")
-            records.append(record)
-        return records
-
-    def epochs(self) -> list[dict[str, Any]]:
-        return [r for r in self.records() if "event" not in r]
-
-    def training_changes(self) -> list[str]:
-        """What resumes changed of how the run trains (TRAINING), as '--lr 0.001 -> 0.5 after epoch 3':
-        a run trained partly otherwise than its config.yaml says now."""
-        return [
-            f"{flag(k)} {old!r} -> {new!r} after epoch {r.get('after_epoch')}"
-            for r in self.records()
-            if r.get("event") == "resume"
-            for k, (old, new) in r.get("changed", {}).items()
-            if k in TRAINING
-        ]
-
-    def append(self, *records: dict[str, Any]) -> None:
-        text = "".join(json.dumps(r) + "\n" for r in records)
-        try:
-            with open(self.path, "a") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-        except OSError as error:  # a torn line is dropped by records() and put back by reconcile()
-            reason = "no space left on the device holding it" if error.errno == errno.ENOSPC else error.strerror
-            raise RunError(f"cannot write {self.path} ({reason or error}): free some space and --resume") from None
-
-    def reconcile(self, epoch: int, lines: list[dict[str, Any]]) -> None:
-        """Make the log end at `epoch`, the checkpoint's: drop later lines, put back the checkpoint's
-        `lines` (its events and its epoch's line) that a crash lost; and make it the run's own file."""
-        records = [r for r in self.records() if r.get("epoch", r.get("after_epoch", 0)) <= epoch]
-        records += [line for line in lines if line not in records]
-        text = "".join(json.dumps(r) + "\n" for r in records)
-        if not self.path.exists() or self.shared() or self.path.read_text() != text:
-            atomic_write_text(self.path, text, then=" and --resume")
-
-    def shared(self) -> bool:
-        """Whether appending would write into another file too: a link, or a hard-linked copy of a
-        run (`cp -al`); reconcile then writes the log anew, as this run's own file."""
-        return self.path.is_symlink() or self.path.stat().st_nlink > 1
-
-
-def _is_record(record: Any) -> bool:
-    """An epoch's line ({"epoch": int, numbers...}) or an event; a resume event names what it changed
-    as {setting: [before, after]} after an epoch."""
-    if not isinstance(record, dict):
-        return False
-    if "event" not in record:
-        return isinstance(record.get("epoch"), int) and not isinstance(record["epoch"], bool)
-    if record["event"] != "resume":
-        return isinstance(record["event"], str)
-    changed = record.get("changed")
     return (
-        isinstance(record.get("after_epoch"), int)
-        and isinstance(changed, dict)
-        and all(isinstance(v, list) and len(v) == 2 for v in changed.values())
+        isinstance(state, dict)
+        and state.keys() == model.keys()
+        and all(isinstance(v, torch.Tensor) and v.shape == model[k].shape for k, v in state.items())
     )
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """yaml.safe_load, refusing a key given twice in one mapping (PyYAML keeps the last silently)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        keys = [self.construct_object(key, deep=deep) for key, _ in node.value]
-        twice = sorted({str(k) for k in keys if keys.count(k) > 1})
-        if twice:
-            raise yaml.constructor.ConstructorError(None, None, f"{', '.join(twice)} given twice", node.start_mark)
-        return super().construct_mapping(node, deep=deep)
-
-
-def load_yaml(text: str) -> Any:
-    """Settings from YAML text: safe (no Python objects) and with every key once."""
-    return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no Python objects
-
-
-def written_by_a_run(path: Path, out: Path | None = None) -> bool:
-    """A config.yaml that a run wrote: a mapping with the run's environment record (which it writes
-    last) and, with `out`, the run of that directory (a copied one records another)."""
-    try:
-        values = load_yaml(path.read_text())
-    except (yaml.YAMLError, UnicodeDecodeError, OSError):
-        return False
-    if not isinstance(values, dict) or not isinstance(values.get(ENVIRONMENT), dict):
-        return False
-    return out is None or _same_place(values.get("out"), out)
-
-
-def _same_place(recorded: Any, out: Path) -> bool:
-    if not isinstance(recorded, str):
-        return False
-    if Path(recorded).exists() and out.exists():
-        return os.path.samefile(recorded, out)
-    return os.path.abspath(recorded) == os.path.abspath(out)
-
-
-def check_fresh(out: Path) -> None:
-    """Before a fresh run writes into `out`: refuse a directory holding a run's results, or files a run
-    writes that no run of this directory wrote. A run of this directory that stopped before its first
-    checkpoint left only its unfinished work (config, init report, snapshot at init), which is cleared."""
-    held = [name for name in RESULTS if (out / name).exists() and (out / name).stat().st_size]
-    if "last.pt" in held:
-        raise RunError(f"{out} already holds a run: use --resume to continue it or another --out")
-    if held:
-        raise RunError(
-            f"{out} holds a run's results ({', '.join(held)}) and no checkpoint to continue from: "
-            "use another --out (structinit never overwrites results)"
-        )
-    config = out / "config.yaml"
-    if config.exists() and not written_by_a_run(config, out):
-        raise RunError(f"{config} was not written by a run of this directory: use another --out (it stays as it is)")
-    clear_run(out)
-
-
-def clear_run(out: Path) -> list[Path]:
-    """Delete what the run of `out` wrote (its files, the snapshots and TensorBoard events its record
-    says it kept, temporary files) and nothing else; returns what it deleted. Call it holding the run's
-    lock, once its config.yaml proves the run is of this directory (`written_by_a_run`). Deletes
-    nothing, and raises RunError, where files a run writes are there that its record does not account
-    for: a fresh run there would take them for its own."""
-    config = out / "config.yaml"
-    if written_by_a_run(config) and not written_by_a_run(config, out):
-        raise RunError(
-            f"{config} records a run of another directory (moved or copied here): its files are not "
-            "deleted; train it again into a new --out"
-        )
-    owned = run_files(out)
-    foreign = [str(p.relative_to(out)) for p in _named_like_run_files(out) if p not in owned]
-    if foreign:
-        raise RunError(
-            f"{out} holds {', '.join(foreign[:3])}, which a run writes and no unfinished run of this directory "
-            "did: use another --out (the files stay as they are)"
-        )
-    for path in owned:
-        path.unlink()
-    removed = owned + clear_temporaries(out)
-    for folder in (out / "snapshots", out / "tensorboard"):
-        if folder.is_dir() and not any(folder.iterdir()):
-            folder.rmdir()
-    return removed
-
-
-def run_files(out: Path) -> list[Path]:
-    """The files in `out` its run wrote, by its record (config.yaml, and the settings its resumes
-    changed): RUN_FILES, snapshots at the epochs it kept, TensorBoard events if it logged there;
-    none without a config.yaml of a run of this directory."""
-    if not written_by_a_run(out / "config.yaml", out):
-        return []  # no record of a run of this directory: nothing here is its
-    settings = [load_yaml((out / "config.yaml").read_text())]
-    try:
-        events = [r for r in MetricsLog(out).records() if r.get("event") == "resume"]
-    except RunError:  # a damaged log accounts for nothing more
-        events = []
-    settings += [{k: v[0] for k, v in e.get("changed", {}).items()} for e in events]
-    epochs = {e for s in settings for e in s.get("snapshot_epochs") or [] if isinstance(e, int)}
-    loggers = {name for s in settings for name in s.get("log") or []}
-    names = [name for name in RUN_FILES if name != "wandb_id" or "wandb" in loggers]
-    found = [out / name for name in names] + [snapshot_path(out, epoch) for epoch in sorted(epochs)]
-    if "tensorboard" in loggers and (out / "tensorboard").is_dir():
-        found += [p for p in sorted((out / "tensorboard").iterdir()) if TENSORBOARD.match(p.name)]
-    return [p for p in found if p.is_file()]
-
-
-def _named_like_run_files(out: Path) -> list[Path]:
-    """The files in `out` with the names a run writes (RUN_FILES, snapshots, TensorBoard events)."""
-    found = [out / name for name in RUN_FILES if (out / name).is_file()]
-    for folder, pattern in ((out / "snapshots", SNAPSHOT), (out / "tensorboard", TENSORBOARD)):
-        if folder.is_dir():
-            found += [p for p in sorted(folder.iterdir()) if pattern.match(p.name) and p.is_file()]
-    return found
-
-
-def snapshot_path(out: Path, epoch: int) -> Path:
-    return out / "snapshots" / f"epoch_{epoch:04d}.pt"
-
-
-def clear_temporaries(out: Path) -> list[Path]:
-    """Delete the temporary files that interrupted writes of the run in `out` left (hold its lock)."""
-    return remove_temporaries(out, RUN_FILES) + remove_temporaries(out / "snapshots", lambda n: bool(SNAPSHOT.match(n)))
-
-
-def summary_of_the_run(out: Path, summary: dict[str, Any]) -> bool:
-    """Whether `summary` is what the run of `out` wrote when it finished: its metrics are those its log
-    holds for the epoch it says the run ended at."""
-    done = summary.get("epochs_done")
-    line = {r["epoch"]: r for r in MetricsLog(out).epochs()}.get(done) if isinstance(done, int) else None
-    return line is not None and all(summary.get(k) == v for k, v in line.items())
-
-
-def checkpoint_lines(checkpoint: dict[str, Any]) -> list[dict[str, Any]]:
-    """The log lines a checkpoint holds: the events of its epoch and the epoch's line (a checkpoint of
-    structinit < 0.3 holds the epoch's line only)."""
-    if checkpoint.get("log") is not None:
-        return list(checkpoint["log"])
-    return [checkpoint["metrics"]] if checkpoint.get("metrics") else []
-
-
-def read_record(path: Path, fix: str) -> dict[str, Any]:
-    """A JSON object the tool wrote (summary.json, init_report.json); one line naming the file and `fix`
-    if it is damaged."""
-    try:
-        value = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise RunError(f"{path} is damaged ({error}): {fix}") from None
-    if not isinstance(value, dict):
-        raise RunError(f"{path} is damaged (not a JSON object): {fix}")
-    return value

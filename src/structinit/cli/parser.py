@@ -1,0 +1,240 @@
+"""The `structinit` command's flags, and the training settings they give: `train`'s and `compare`'s
+flags are generated from the settings' declarations (training/settings.py)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..errors import first_line
+from ..studies.launch import CLUSTERS
+from ..training.settings import INIT_HELP, SETTINGS, Setting, TrainConfig, flag, load_yaml
+
+# `train --filters`, for ConvMixer: the init label each choice stands for
+FILTERS = {
+    "trained": "default",
+    "random": "random[freeze=True]",
+    "impulse": "impulse[freeze=True]",
+    "box": "box[freeze=True]",
+}
+EMA_DECAY = 0.9998  # timm's --model-ema-decay default
+# flags of structinit 0.1 whose settings now live elsewhere, and where
+REMOVED = {
+    "--options": "write the options in the init label: --init 'impulse[target_fidelity=0.9]'",
+    "--init-kwargs": "write the options in the init label: --init 'impulse[target_fidelity=0.9]'",
+    "--kernel-size": "write it in the init label: --init 'impulse[kernel_size=5]'",
+}
+
+
+class _Removed(argparse.Action):
+    """A flag that was renamed: fail with where its setting went, not with 'unrecognized arguments'."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[override]
+        parser.error(f"{option_string} is gone: {REMOVED[option_string]}")
+
+
+def add_removed_flags(parser: argparse.ArgumentParser) -> None:
+    for name in REMOVED:
+        parser.add_argument(name, action=_Removed, help=argparse.SUPPRESS)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="structinit", description="The `structinit` command.")
+    parser.add_argument("--version", action="version", version=f"structinit {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    add_init_command(commands)
+
+    train = commands.add_parser("train", help="train one model (timm recipe); torchrun for several processes")
+    add_train_arguments(train)
+
+    add_compare_command(commands)
+
+    attention = commands.add_parser("attention", help="PNG of the attention maps per layer and head")
+    add_target_arguments(attention, images=64, out="attention.png")
+    rank = commands.add_parser("rank", help="stable rank of the patch embeddings and every block's output")
+    add_target_arguments(rank, images=256, out="rank.png")
+
+    upgrade = commands.add_parser(
+        "upgrade-checkpoint",
+        help="rewrite checkpoints of structinit < 0.2 in the safe format (unpickles them: only files you trust)",
+    )
+    upgrade.add_argument("checkpoints", nargs="+", help="last.pt files")
+
+    demo = commands.add_parser(
+        "demo", help="the main job: timm vs mimetic vs impulse vs impulse-soft init on the embedded digits"
+    )
+    demo.add_argument("--out", default="runs/demo")
+    demo.add_argument("--epochs", type=int, default=30)
+    demo.add_argument("--seeds", default="0")
+    demo.add_argument("--quiet", action="store_true")
+    return parser
+
+
+def add_init_command(commands: argparse._SubParsersAction) -> None:
+    init = commands.add_parser("init", help="build a timm model, initialise it and print the report")
+    init.add_argument("model", nargs="?", help="a preset or timm model name, e.g. vit_tiny_patch16_224")
+    init.add_argument("--list-models", action="store_true", help="print the supported families, their inits, presets")
+    init.add_argument(
+        "--list-options", action="store_true", help="print every init method's options: type, default, meaning"
+    )
+    init.add_argument("--init", "--method", default="impulse", help=INIT_HELP)
+    init.add_argument("--seed", type=int, default=0)
+    init.add_argument("--model-kwargs", help="timm.create_model keywords, e.g. img_size=32,patch_size=4,num_heads=12")
+    add_removed_flags(init)
+    init.add_argument("--json", metavar="PATH", help="also write the report as JSON")
+    init.add_argument(
+        "--save",
+        metavar="PATH",
+        help="write the initialised weights (.safetensors, .pth or .pt) for timm's --initial-checkpoint, "
+        "load_state_dict or any trainer",
+    )
+
+
+def add_compare_command(commands: argparse._SubParsersAction) -> None:
+    grid = commands.add_parser("compare", help="train a grid of inits x seeds (x subset sizes) and tabulate it")
+    add_train_arguments(grid, grid=True)
+    grid.add_argument("--inits", default="timm,mimetic,impulse", help="comma-separated init labels; " + INIT_HELP)
+    grid.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
+    grid.add_argument(
+        "--parallel",
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="K",
+        help="K runs at once, each in its own process (on several GPUs: spread over them)",
+    )
+    grid.add_argument(
+        "--threads",
+        type=int,
+        metavar="T",
+        help="torch threads per run (default: the cores / K); a CPU grid repeats bit for bit at the same T",
+    )
+    grid.add_argument(
+        "--rerun", action="store_true", help="train again (from scratch) run directories made with another recipe"
+    )
+    jobs = grid.add_argument_group("cluster jobs (through submitit: pip install 'structinit[cluster]')")
+    jobs.add_argument(
+        "--cluster",
+        choices=CLUSTERS,
+        help="each run a job: a SLURM job array (resumed from its checkpoint when requeued), or local processes "
+        "to try the set-up; this command waits for them (job scripts and logs in OUT/jobs); --parallel K: at "
+        "most K jobs at once",
+    )
+    jobs.add_argument("--partition", help="SLURM partition")
+    jobs.add_argument("--timeout-min", type=int, default=24 * 60, metavar="M", help="time limit per run (minutes)")
+    jobs.add_argument("--gpus-per-run", type=int, metavar="G", help="GPUs per job (default: 1 on slurm, 0 local)")
+    jobs.add_argument(
+        "--cpus-per-run", type=int, metavar="C", help="CPUs per job, its torch threads (default: 8 on slurm, 1 local)"
+    )
+    jobs.add_argument("--mem-gb", type=float, help="memory per job (GB)")
+    jobs.add_argument("--slurm-args", metavar="K=V,...", help="more #SBATCH settings, e.g. account=abc,qos=high")
+
+
+def add_target_arguments(parser: argparse.ArgumentParser, images: int, out: str) -> None:
+    """Flags of the inspection commands, which look at a run directory or a model name."""
+    add = parser.add_argument
+    add("target", help="a run directory (its last.pt) or a timm model name / preset")
+    add("--data", default=None, help="test images to use (default: the run's data, or digits)")
+    add("--images", type=int, default=images, help=f"number of test images (default {images})")
+    add("--at-init", action="store_true", help="for a run: the model at init, not after training")
+    add("--init", default="impulse", help="for a model name: an init label (see train --init)")
+    add("--model-kwargs", help="for a model name: timm.create_model keywords")
+    add("--seed", type=int, default=0)
+    add("--out", default=out, help=f"PNG to write (default {out})")
+
+
+def add_train_arguments(parser: argparse.ArgumentParser, grid: bool = False) -> None:
+    """Flags of `train`, one per setting TrainConfig declares with a flag, and of `compare` (`grid`: lists
+    of subset sizes; the init and seed come from --inits/--seeds): None means the preset's value or
+    the default. `train` has --filters beside --init and --model-ema beside --ema-decay."""
+    add = parser.add_argument
+    add("-c", "--config", metavar="FILE", help="YAML of settings, the keys of a run's config.yaml; flags override it")
+    add_removed_flags(parser)
+    for name, about in SETTINGS.items():
+        if grid and name in GRID_FLAGS:
+            add(*GRID_FLAGS[name][0], **GRID_FLAGS[name][1])
+        elif about.flag and (about.grid or not grid):
+            add(*setting_flags(name, about), **setting_arguments(TrainConfig.__dataclass_fields__[name].type, about))
+        if name == "init" and not grid:
+            add(
+                "--filters",
+                choices=sorted(FILTERS),
+                help="ConvMixer, instead of --init: trained (learned from the default init), or frozen at "
+                "random (the default init), impulse (one-hot) or box (all 1/f^2) values",
+            )
+        if name == "ema_decay":
+            add("--model-ema", action="store_true", help=f"keep an EMA of the weights (decay {EMA_DECAY} unless given)")
+
+
+# the settings `compare` takes as its own flags: the subset sizes it goes through, the grid's directory
+GRID_FLAGS = {
+    "per_class": (("--per-class",), {"help": "comma-separated subset sizes per class, e.g. 100,200,500"}),
+    "out": (("--out", "--output"), {"default": "runs/compare", "help": "directory of the grid's runs and results"}),
+}
+
+
+def setting_flags(name: str, about: Setting) -> list[str]:
+    """A setting's option strings: its short alias first, then --its-name, then its other aliases."""
+    short = [a for a in about.aliases if not a.startswith("--")]
+    return [*short, flag(name), *(a for a in about.aliases if a.startswith("--"))]
+
+
+def setting_arguments(declared: str, about: Setting) -> dict[str, Any]:
+    """argparse's keywords for a setting of the `declared` type: bool settings are switches, numbers
+    are typed, text and the rest (parsed by the setting's `parse`) are strings; absent means None."""
+    base = declared.partition(" | ")[0]
+    arguments: dict[str, Any] = {"help": about.help}
+    if base == "bool":
+        return {**arguments, "action": "store_true", "default": None}
+    if base in ("int", "float"):
+        arguments["type"] = int if base == "int" else float
+    if about.metavar:
+        arguments["metavar"] = about.metavar
+    if about.choices:
+        arguments["choices"] = list(about.choices)
+    return arguments
+
+
+def train_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The training settings given on the command line (not the preset's or the defaults)."""
+    values = {}
+    for name, about in SETTINGS.items():
+        value = getattr(args, name, None)
+        if value is None or name == "preset" or (name == "per_class" and isinstance(value, str)):
+            continue  # the preset is resolved first; compare's subset sizes are its own
+        values[name] = about.parse(value, flag(name)) if about.parse else value
+    if args.model_ema and args.ema_decay is None:
+        values["ema_decay"] = EMA_DECAY
+    if getattr(args, "filters", None):
+        if args.init:
+            raise ValueError("--filters and --init both set the init: give one")
+        values["init"] = FILTERS[args.filters]
+    return values
+
+
+def train_config(args: argparse.Namespace, **overrides: Any):
+    """Defaults, then the preset, then --config's file, then the flags, then `overrides`."""
+    values = {**file_values(args), **train_values(args), **overrides}
+    preset = args.preset or values.pop("preset", None)
+    values.pop("preset", None)
+    return TrainConfig.from_preset(preset, **values)
+
+
+def file_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings of --config FILE (none without it)."""
+    if not args.config:
+        return {}
+    import yaml
+
+    from ..training.config_file import config_values
+
+    path = Path(args.config)
+    if not path.is_file():
+        raise ValueError(f"--config {path}: no such file")
+    try:
+        loaded = load_yaml(path.read_text())
+    except yaml.YAMLError as error:
+        raise ValueError(f"--config {path}: not valid YAML ({first_line(error)})") from None
+    return config_values(loaded or {}, f"--config {path}")

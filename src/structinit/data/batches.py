@@ -1,0 +1,188 @@
+"""The batches a run trains and evaluates on, from one interface: `InMemoryBatches` augments whole
+batches of small images held on the device (fast for 8-96 px data on a CPU or a GPU), `StreamBatches`
+reads larger images through DataLoaders with timm's transforms. Each process of a DDP run gets its
+share; the same epoch and generator give the same batches."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from timm.data import Mixup, create_transform, resolve_data_config
+from timm.data.random_erasing import RandomErasing
+from torch import nn
+from tqdm.auto import tqdm
+
+from .augment import BatchAugment
+from .datasets import StreamData, TensorData
+from .imagefolder import ImageError
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass
+class Feed:
+    """How a run feeds its model: the batch of one process (the global batch / `world`), its place among
+    the processes, the split it evaluates on and the augmentation of training batches."""
+
+    batch: int
+    eval_batch: int
+    eval_split: str = "test"
+    rank: int = 0
+    world: int = 1
+    crop_padding: int | None = None  # None: image size / 8
+    flip: bool | None = None  # None: on, except for digits and svhn
+    randaugment: str | None = None
+    reprob: float = 0.0
+    workers: int = 0
+    seed: int = 0
+    show: bool = False  # a progress bar over each epoch's steps
+
+
+def batches_for(data: TensorData | StreamData, model: nn.Module, feed: Feed, device: torch.device, mixup: Mixup | None):
+    """InMemoryBatches for data held in memory, StreamBatches otherwise."""
+    kind = InMemoryBatches if isinstance(data, TensorData) else StreamBatches
+    return kind(data, model, feed, device, mixup)
+
+
+class InMemoryBatches:
+    """Small images on the device, augmented (crop, flip, RandAugment, mixup/cutmix, erasing) a whole
+    batch at a time from the epoch's generator."""
+
+    def __init__(self, data: TensorData, model: nn.Module, feed: Feed, device: torch.device, mixup: Mixup | None):
+        self.data, self.feed, self.device = data, feed, device
+        self.mean, self.std = normalisation(model, data.image_shape[0])
+        padding = feed.crop_padding if feed.crop_padding is not None else data.image_shape[1] // 8
+        flip = feed.flip if feed.flip is not None else data.name not in ("digits", "svhn")
+        self.augment = BatchAugment(self.mean, self.std, padding, flip, mixup, feed.randaugment)
+        self.images, self.labels = data.train_images.to(device), data.train_labels.to(device)
+        self.eraser = RandomErasing(feed.reprob, mode="pixel", device=str(device)) if feed.reprob > 0 else None
+        self.steps = len(self.labels) // (feed.batch * feed.world)
+
+    def train(self, epoch: int, generator: torch.Generator) -> Iterator[Batch]:
+        """This process's share of every step of `epoch`."""
+        feed, steps, whole = self.feed, self.steps, self.feed.batch * self.feed.world
+        order = torch.randperm(len(self.labels), generator=generator)[: steps * whole].view(steps, whole)
+        mine = slice(feed.rank * feed.batch, (feed.rank + 1) * feed.batch)
+        for index in _progress(order, epoch, steps, feed.show):
+            index = index.to(self.device)
+            images, labels = self.augment(self.images[index], self.labels[index], generator)
+            images, labels = images[mine], labels[mine]
+            yield (self.eraser(images) if self.eraser is not None else images), labels
+
+    def evaluate(self) -> Iterator[Batch]:
+        """This process's share of the evaluation split, normalised."""
+        data, feed = self.data, self.feed
+        if feed.eval_split == "val":
+            images, labels = data.val_images, data.val_labels
+        else:
+            images, labels = data.test_images, data.test_labels
+        normalise = BatchAugment(self.mean, self.std).normalise
+        for index in torch.arange(feed.rank, len(labels), feed.world).split(feed.eval_batch):
+            yield normalise(images[index].to(self.device)), labels[index].to(self.device)
+
+
+class StreamBatches:
+    """Images read by DataLoader workers through timm's transforms, with a DistributedSampler under DDP."""
+
+    def __init__(self, data: StreamData, model: nn.Module, feed: Feed, device: torch.device, mixup: Mixup | None):
+        self.feed, self.device, self.mixup = feed, device, mixup
+        self.train_loader, self.eval_loader = _loaders(data, model, feed)
+        self.steps = len(data.train_labels) // (feed.batch * feed.world)
+
+    def train(self, epoch: int, generator: torch.Generator) -> Iterator[Batch]:
+        if self.feed.world > 1:
+            self.train_loader.sampler.set_epoch(epoch)
+        for item in _progress(_named_images(self.train_loader), epoch, self.steps, self.feed.show):
+            images, labels = (t.to(self.device, non_blocking=True) for t in item)
+            yield self.mixup(images, labels) if self.mixup is not None else (images, labels)
+
+    def evaluate(self) -> Iterator[Batch]:
+        for images, labels in _named_images(self.eval_loader):
+            yield images.to(self.device), labels.to(self.device)
+
+
+def _progress(items, epoch: int, steps: int, show: bool):
+    return tqdm(items, desc=f"epoch {epoch + 1}", leave=False, disable=not show or None, total=steps)
+
+
+def normalisation(model: nn.Module, channels: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The mean and std the model's pretrained config names (0.5 for each channel otherwise)."""
+    config = getattr(model, "pretrained_cfg", {}) or {}
+    mean, std = config.get("mean", (0.5,) * 3), config.get("std", (0.5,) * 3)
+    if channels != len(mean):
+        mean, std = (0.5,) * channels, (0.5,) * channels
+    return tuple(mean), tuple(std)
+
+
+def normalise_for(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
+    """uint8 images (B, C, H, W) as `model` sees them at evaluation."""
+    mean, std = normalisation(model, images.shape[1])
+    return BatchAugment(mean, std).normalise(images)
+
+
+def normalised_test_images(model: nn.Module, data: TensorData | StreamData, count: int) -> torch.Tensor:
+    """The first `count` test images, as the model sees them at evaluation."""
+    if isinstance(data, TensorData):
+        return normalise_for(model, data.test_images[:count])
+    transform = create_transform(**_data_config(model), is_training=False)
+    return torch.stack([transform(data.test[i][0]) for i in range(min(count, len(data.test)))])
+
+
+def _loaders(data: StreamData, model: nn.Module, feed: Feed):
+    """DataLoaders with timm's transforms (and a DistributedSampler under DDP) for large images."""
+    data_config = _data_config(model)
+    train_tf = create_transform(
+        **data_config,
+        is_training=True,
+        auto_augment=feed.randaugment,
+        re_prob=feed.reprob,
+        hflip=0.5 if feed.flip is not False else 0.0,
+    )
+    test_tf = create_transform(**data_config, is_training=False)
+    train_set = _Transformed(data.train, train_tf)
+    test_set = _Transformed(data.val if feed.eval_split == "val" else data.test, test_tf)
+    if feed.world > 1:
+        sampler = torch.utils.data.DistributedSampler(
+            train_set, feed.world, feed.rank, shuffle=True, seed=feed.seed, drop_last=True
+        )
+        test_sampler = torch.utils.data.DistributedSampler(test_set, feed.world, feed.rank, shuffle=False)
+    else:
+        sampler, test_sampler = torch.utils.data.RandomSampler(train_set), None
+    common: dict[str, Any] = dict(
+        num_workers=feed.workers, pin_memory=torch.cuda.is_available(), persistent_workers=feed.workers > 0
+    )
+    train_loader = torch.utils.data.DataLoader(train_set, feed.batch, sampler=sampler, drop_last=True, **common)
+    test_loader = torch.utils.data.DataLoader(test_set, feed.eval_batch, sampler=test_sampler, **common)
+    return train_loader, test_loader
+
+
+def _data_config(model: nn.Module) -> dict[str, Any]:
+    """timm's data config of the model, with the input size the model was built for."""
+    config = resolve_data_config({}, model=model)
+    size = getattr(getattr(model, "patch_embed", None), "img_size", None)
+    if size is not None:
+        config["input_size"] = (config["input_size"][0], *size)
+    return config
+
+
+def _named_images(loader: torch.utils.data.DataLoader):
+    """The loader's batches; an image a worker cannot decode ends the run in one line naming it."""
+    try:
+        yield from loader
+    except ImageError as error:
+        raise ImageError.from_worker(error) from None
+
+
+class _Transformed(torch.utils.data.Dataset):
+    def __init__(self, dataset, transform) -> None:
+        self.dataset, self.transform = dataset, transform
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index):
+        image, label = self.dataset[index]
+        return self.transform(image), label

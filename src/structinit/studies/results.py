@@ -1,0 +1,239 @@
+"""A grid's finished runs as rows: each run's record checked (summary, log, config and checkpoint
+agree), its curve, best top-1 and time to accuracy (the epochs it needed to reach timm's mean final
+top-1 in the same cell); results.csv and results.md (mean ± std per cell and init, gains over timm
+and mimetic) and the figures."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from ..data.datasets import parse_spec
+from ..training.checkpoint import load_checkpoint
+from ..training.config_file import read_run_config
+from ..training.identity import NOT_RECIPE, config_hash, identity_differences
+from ..training.record import MetricsLog, RunError, read_record, summary_of_the_run
+from ..training.settings import TrainConfig, flag
+
+CSV_COLUMNS = [
+    "dataset",
+    "model",
+    "heads",
+    "per_class",
+    "init",
+    "seed",
+    "epochs",
+    "steps",
+    "split",
+    "top1",
+    "best_top1",
+    "epochs_to_timm",
+    "top5",
+    "secs",
+    "train_loss",
+    "recipe",
+    "device",
+    "precision",
+]
+# what makes two runs comparable: rows that differ only in init and seed
+CELL_KEYS = ("dataset", "model", "heads", "per_class", "epochs", "split", "recipe")
+
+
+SUMMARY_FIX = "delete it and run the grid again: the run's checkpoint writes it again"
+REPORT_FIX = "delete it: the run is then checked by its config.yaml alone"
+
+
+def collect(out: Path) -> list[dict[str, Any]]:
+    """One row per finished run under `out`, with its per-epoch curve, its best top-1 and its time to
+    accuracy. `split` is what it was evaluated on: 'test', or 'val' for a run with a validation split;
+    `device` and `precision` where it ran (CPU figures differ between CPUs, bf16 or fp32). A record that
+    does not hold together (summary, log, config and checkpoint) is refused, naming the run and the fix."""
+    rows = []
+    for summary_path in sorted(out.glob("*/*/summary.json")):
+        path = summary_path.parent
+        summary, resolved, ran, curve = _checked_record(path)
+        try:
+            rows.append(_row(path, summary, resolved, ran, curve))
+        except (KeyError, TypeError, ValueError) as error:
+            raise RunError(
+                f"{path} has a damaged record ({error!r} in summary.json or metrics.jsonl): mend the line, "
+                "or train the run again (compare --rerun): a checkpoint holds only its own epoch's lines"
+            ) from None
+    time_to_accuracy(rows)
+    return rows
+
+
+# how a finished run's record is put back together from its checkpoint
+REPAIR = "structinit train --resume --out RUN puts it back from its checkpoint (delete a damaged summary.json first)"
+
+
+def _checked_record(path: Path) -> tuple[dict[str, Any], TrainConfig, dict[str, Any], list[dict[str, Any]]]:
+    """A finished run's summary, config, environment and epoch lines, once they agree: the log ends at the
+    summary's epoch with the summary's metrics, and config.yaml says what its last.pt trained."""
+    summary = read_record(path / "summary.json", SUMMARY_FIX)
+    resolved, ran = read_run_config(path / "config.yaml")
+    curve = MetricsLog(path).epochs()
+    done = summary.get("epochs_done")
+    if not curve or curve[-1]["epoch"] != done:
+        last = curve[-1]["epoch"] if curve else "none"
+        raise RunError(f"{path}/metrics.jsonl ends at epoch {last}, its summary.json at {done!r}: {REPAIR}")
+    if not summary_of_the_run(curve, summary):
+        raise RunError(f"{path}/summary.json is not the run's (its metrics are not the log's epoch {done}): {REPAIR}")
+    if (path / "last.pt").exists():
+        trained = load_checkpoint(path / "last.pt", mmap=True)["config"]
+        differ = identity_differences(trained, dataclasses.asdict(resolved))
+        if differ:
+            listed = ", ".join(map(flag, differ))
+            raise RunError(f"{path}/config.yaml says other {listed} than its last.pt (what was trained): {REPAIR}")
+    return summary, resolved, ran or {}, curve
+
+
+def _row(
+    path: Path, summary: dict[str, Any], resolved: TrainConfig, ran: dict[str, Any], curve: list[dict[str, Any]]
+) -> dict[str, Any]:
+    config = json.loads(json.dumps(dataclasses.asdict(resolved)))
+    split = resolved.eval_split
+    top1_curve = [(m["epoch"], m[f"{split}_top1"]) for m in curve if f"{split}_top1" in m]
+    return {
+        "dataset": dataset_name(config["data"]),
+        "model": config["model"],
+        "heads": _heads(path),
+        "per_class": config["per_class"] or "",
+        "init": config["init"],
+        "seed": config["seed"],
+        "epochs": summary["epochs_done"],
+        "split": split,
+        "top1": round(summary[f"{split}_top1"], 3),
+        "best_top1": round(max(t for _, t in top1_curve), 3),
+        "top5": round(summary[f"{split}_top5"], 3),
+        "secs": round(sum(m["epoch_seconds"] for m in curve), 1),
+        # wall-clock from the first epoch's start to the last record (evaluations included)
+        "wall_secs": round(curve[-1]["time"] - curve[0]["time"] + curve[0]["epoch_seconds"], 1),
+        "train_loss": round(curve[-1]["train_loss"], 4),
+        "steps": curve[-1].get("step", ""),
+        "recipe": _recipe(resolved, path),
+        "device": ran.get("device_name", ""),
+        "precision": ran.get("amp_dtype", ""),
+        "curve": top1_curve,
+        "loss_curve": [(m["epoch"], m["train_loss"]) for m in curve],
+    }
+
+
+def _recipe(config: TrainConfig, run: Path) -> str:
+    """The hash of how the run trained: its settings but the grid's (NOT_RECIPE), and what resumes
+    changed of its training, so that it is never averaged with runs trained throughout as it says."""
+    values = dataclasses.asdict(config)
+    changes = MetricsLog(run).training_changes()
+    return config_hash({**values, "resumes": changes} if changes else values, leave_out=NOT_RECIPE)
+
+
+def epochs_to_reach(curve: list[tuple[int, float]], target: float) -> int | None:
+    """The first evaluated epoch at which the top-1 of `curve` ((epoch, top-1) pairs) reaches `target`;
+    None if it never does. Its resolution is the curve's evaluation interval."""
+    return next((epoch for epoch, top1 in sorted(curve) if top1 >= target), None)
+
+
+def time_to_accuracy(
+    rows: list[dict[str, Any]], baseline: str = "timm", cell_keys: tuple[str, ...] = CELL_KEYS
+) -> None:
+    """Set each row's `epochs_to_<baseline>`: the epochs the run needed to reach the mean final top-1
+    of `baseline`'s runs in the same cell (rows equal on `cell_keys`), None if it never did. Rows of
+    a cell without a baseline run, and rows whose curve was not kept (curve None: results recorded
+    without it), get no such key; their final top-1 still counts in the baseline's mean."""
+    finals: dict[tuple, list[float]] = {}
+    for row in rows:
+        if row["init"] == baseline:
+            finals.setdefault(tuple(row.get(k) for k in cell_keys), []).append(row["top1"])
+    for row in rows:
+        target = finals.get(tuple(row.get(k) for k in cell_keys))
+        if target and row["curve"] is not None:
+            row[f"epochs_to_{baseline}"] = epochs_to_reach(row["curve"], statistics.mean(target))
+
+
+def dataset_name(spec: str) -> str:
+    """'cifar10:../shared/datasets/cifar10' -> 'cifar10'; 'imagefolder:/data/flowers' -> 'flowers'."""
+    name, path = parse_spec(spec)
+    return path.name if name == "imagefolder" else name
+
+
+def write_results(rows: list[dict[str, Any]], out: Path) -> None:
+    """results.csv (one row per run) and results.md (the tables)."""
+    with open(out / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, CSV_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    (out / "results.md").write_text(results_markdown(rows))
+
+
+def results_markdown(rows: list[dict[str, Any]]) -> str:
+    """Mean ± std top-1 per cell and init (runs of different recipes, epochs or evaluation splits are
+    never averaged together; a `recipe` column names the recipe where a table holds several), with
+    the gains over timm's and mimetic's means in the same cell, the best top-1 along the curve, the
+    epochs to reach timm's final top-1 (runs that got there: mean, and how many), and the final
+    training loss (which tells underfitting from overfitting)."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for row in rows:
+        key = (*(row.get(k) for k in CELL_KEYS), row["init"])
+        groups.setdefault(key, []).append(row)
+    several = len({row.get("recipe") for row in rows}) > 1
+    lines = [
+        "| dataset | model | heads | per class | epochs | on |"
+        + (" recipe |" if several else "")
+        + " init | runs | top-1 (%) mean ± std | best top-1 "
+        "| epochs to timm's final | top-5 (%) | train loss | gain over timm | gain over mimetic |",
+        "|---|---|---|---|---|---|" + ("---|" if several else "") + "---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def gain(setting: tuple, baseline: str, mean: float) -> str:
+        runs = groups.get((*setting, baseline))
+        return f"{mean - statistics.mean(r['top1'] for r in runs):+.2f}" if runs else "-"
+
+    for key, runs in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        dataset, model, heads, per_class, epochs, split, recipe, init = key
+        top1 = [r["top1"] for r in runs]
+        mean = statistics.mean(top1)
+        spread = f"{statistics.stdev(top1):.2f}" if len(top1) > 1 else "-"  # one run has no spread
+        setting = key[:-1]
+        over_timm = gain(setting, "timm", mean) if init != "timm" else "-"
+        over_mimetic = gain(setting, "mimetic", mean) if init != "mimetic" else "-"
+        lines.append(
+            f"| {dataset} | {model} | {heads} | {per_class or 'all'} | {epochs} | {split} |"
+            + (f" {recipe} |" if several else "")
+            + f" {init} | {len(runs)} | {mean:.2f} ± {spread} | {recorded_mean(runs, 'best_top1')} | {reached(runs)} "
+            f"| {recorded_mean(runs, 'top5')} | {recorded_mean(runs, 'train_loss', 3)} | {over_timm} | {over_mimetic} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def recorded_mean(runs: list[dict[str, Any]], key: str, digits: int = 2) -> str:
+    """The mean of `key` over the runs that recorded it, '(k/n)' after it when only k of the n did
+    (results kept without their curves); '-' when none did."""
+    values = [r[key] for r in runs if r.get(key) is not None]
+    if not values:
+        return "-"
+    mean = f"{statistics.mean(values):.{digits}f}"
+    return mean if len(values) == len(runs) else f"{mean} ({len(values)}/{len(runs)})"
+
+
+def reached(runs: list[dict[str, Any]], baseline: str = "timm") -> str:
+    """'62 (3/3)': the mean epochs to the baseline's final top-1 over the runs that reached it, and how
+    many of the runs with a time (see time_to_accuracy) did; 'never (0/3)' if none did; '-' where
+    no run has a time (no baseline run in the cell, or no curves)."""
+    key = f"epochs_to_{baseline}"
+    timed = [r for r in runs if key in r]
+    if not timed:
+        return "-"
+    got = [r[key] for r in timed if r[key] is not None]
+    return f"{statistics.mean(got):.0f} ({len(got)}/{len(timed)})" if got else f"never (0/{len(timed)})"
+
+
+def _heads(path: Path) -> int | str:
+    report = path / "init_report.json"
+    if not report.exists():
+        return ""
+    layers = read_record(report, REPORT_FIX).get("layers")
+    return len(layers[0]["heads"]) if layers else ""

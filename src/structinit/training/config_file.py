@@ -1,0 +1,64 @@
+"""A run's config.yaml (and a --config file) read back as settings: older versions' keys folded into
+today's, damage named in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import RunError, first_line
+from ..inits.labels import KERNEL_SIZE, InitSpec, with_options
+from .provenance import ENVIRONMENT
+from .settings import SETTINGS, TrainConfig, load_yaml
+
+
+def config_values(values: Any, source: str) -> dict[str, Any]:
+    """The settings in a config.yaml (or a checkpoint's copy), ready for TrainConfig: the environment
+    record is left out, older versions' `init_kwargs` and `kernel_size` are folded into the init label,
+    and an unknown key fails naming the file."""
+    if not isinstance(values, dict):
+        raise ValueError(f"{source}: expected a mapping of settings (a run's config.yaml), got {type(values).__name__}")
+    values = {k: v for k, v in values.items() if k != ENVIRONMENT}
+    legacy = dict(values.pop("init_kwargs", None) or {})
+    kernel_size = values.pop("kernel_size", None)
+    if legacy or kernel_size is not None:
+        label = values.get("init", TrainConfig.init)
+        if kernel_size is not None and InitSpec.parse(label).kernel_size is None and KERNEL_SIZE not in legacy:
+            legacy[KERNEL_SIZE] = kernel_size
+        values["init"] = with_options(label, legacy)
+    known = set(SETTINGS)
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(
+            f"{source}: unknown setting(s) {', '.join(unknown)}; the settings are {', '.join(sorted(known))}"
+        )
+    return values
+
+
+def read_config(path: str | Path) -> TrainConfig:
+    """The TrainConfig of a run's config.yaml; one line naming the file if it is damaged."""
+    return read_run_config(path)[0]
+
+
+def read_run_config(path: str | Path) -> tuple[TrainConfig, dict[str, Any] | None]:
+    """The TrainConfig of a run's config.yaml and the environment it records (where the run went on);
+    one line naming the file if it is damaged."""
+    path = Path(path)
+    fix = "restore it, or delete it: --resume writes it again from last.pt"
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise RunError(f"{path} is damaged (not text): {fix}") from None
+    if not text.endswith("\n"):  # a run writes it whole, ending with a newline
+        raise RunError(f"{path} is truncated: {fix}")
+    try:
+        values = load_yaml(text)
+    except yaml.YAMLError as error:
+        raise RunError(f"{path} is damaged (not valid YAML: {first_line(error)}): {fix}") from None
+    try:
+        config = TrainConfig(**config_values(values, str(path)))
+    except (ValueError, TypeError) as error:
+        raise RunError(str(error) if str(error).startswith(str(path)) else f"{path}: {error}") from None
+    return config, values.get(ENVIRONMENT)

@@ -1,0 +1,140 @@
+"""Which files in a directory are its run's own: what a run writes, and what may be deleted of it.
+
+    RUN/config.yaml     the resolved config (rewritten when a resume changes a setting)
+    RUN/metrics.jsonl   one line per finished epoch, appended after its checkpoint is durable;
+                        {"event": "resume", ...} lines record what a resume changed
+    RUN/last.pt         the last good checkpoint (checkpoint.py); RUN/prev.pt the one before
+    RUN/summary.json    written when the run finishes
+    RUN/init_report.json what the init did (written when the run starts)
+    RUN/snapshots/      weights kept at --snapshot-epochs
+    RUN/.lock           held by the process training the run (removed when it is done)
+
+These names are the tool's own: it deletes them (and its temporary files, `.NAME.tmpPID`) only where
+it can prove they are its unfinished work, and never anything else in the directory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import RunError
+from ..files import remove_temporaries
+from .provenance import ENVIRONMENT
+from .record import MetricsLog
+from .settings import load_yaml
+
+# what a run writes (besides snapshots/ and tensorboard/), and the files that hold its results
+RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.json", "last.pt", "prev.pt", "init_report.json", "wandb_id")
+RESULTS = ("last.pt", "prev.pt", "summary.json", "metrics.jsonl")
+SNAPSHOT = re.compile(r"^epoch_\d{4}\.pt$")
+TENSORBOARD = re.compile(r"^events\.out\.tfevents\.")
+
+
+def written_by_a_run(path: Path, out: Path | None = None) -> bool:
+    """A config.yaml that a run wrote: a mapping with the run's environment record (which it writes
+    last) and, with `out`, the run of that directory (a copied one records another)."""
+    try:
+        values = load_yaml(path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError, OSError):
+        return False
+    if not isinstance(values, dict) or not isinstance(values.get(ENVIRONMENT), dict):
+        return False
+    return out is None or _same_place(values.get("out"), out)
+
+
+def _same_place(recorded: Any, out: Path) -> bool:
+    if not isinstance(recorded, str):
+        return False
+    if Path(recorded).exists() and out.exists():
+        return os.path.samefile(recorded, out)
+    return os.path.abspath(recorded) == os.path.abspath(out)
+
+
+def check_fresh(out: Path) -> None:
+    """Before a fresh run writes into `out`: refuse a directory holding a run's results, or files a run
+    writes that no run of this directory wrote. A run of this directory that stopped before its first
+    checkpoint left only its unfinished work (config, init report, snapshot at init), which is cleared."""
+    held = [name for name in RESULTS if (out / name).exists() and (out / name).stat().st_size]
+    if "last.pt" in held:
+        raise RunError(f"{out} already holds a run: use --resume to continue it or another --out")
+    if held:
+        raise RunError(
+            f"{out} holds a run's results ({', '.join(held)}) and no checkpoint to continue from: "
+            "use another --out (structinit never overwrites results)"
+        )
+    config = out / "config.yaml"
+    if config.exists() and not written_by_a_run(config, out):
+        raise RunError(f"{config} was not written by a run of this directory: use another --out (it stays as it is)")
+    clear_run(out)
+
+
+def clear_run(out: Path) -> list[Path]:
+    """Delete what the run of `out` wrote (its files, the snapshots and TensorBoard events its record
+    says it kept, temporary files) and nothing else; returns what it deleted. Call it holding the run's
+    lock, once its config.yaml proves the run is of this directory (`written_by_a_run`). Deletes
+    nothing, and raises RunError, where files a run writes are there that its record does not account
+    for: a fresh run there would take them for its own."""
+    config = out / "config.yaml"
+    if written_by_a_run(config) and not written_by_a_run(config, out):
+        raise RunError(
+            f"{config} records a run of another directory (moved or copied here): its files are not "
+            "deleted; train it again into a new --out"
+        )
+    owned = run_files(out)
+    foreign = [str(p.relative_to(out)) for p in _named_like_run_files(out) if p not in owned]
+    if foreign:
+        raise RunError(
+            f"{out} holds {', '.join(foreign[:3])}, which a run writes and no unfinished run of this directory "
+            "did: use another --out (the files stay as they are)"
+        )
+    for path in owned:
+        path.unlink()
+    removed = owned + clear_temporaries(out)
+    for folder in (out / "snapshots", out / "tensorboard"):
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+    return removed
+
+
+def run_files(out: Path) -> list[Path]:
+    """The files in `out` its run wrote, by its record (config.yaml, and the settings its resumes
+    changed): RUN_FILES, snapshots at the epochs it kept, TensorBoard events if it logged there;
+    none without a config.yaml of a run of this directory."""
+    if not written_by_a_run(out / "config.yaml", out):
+        return []  # no record of a run of this directory: nothing here is its
+    settings = [load_yaml((out / "config.yaml").read_text())]
+    try:
+        events = [r for r in MetricsLog(out).records() if r.get("event") == "resume"]
+    except RunError:  # a damaged log accounts for nothing more
+        events = []
+    settings += [{k: v[0] for k, v in e.get("changed", {}).items()} for e in events]
+    epochs = {e for s in settings for e in s.get("snapshot_epochs") or [] if isinstance(e, int)}
+    loggers = {name for s in settings for name in s.get("log") or []}
+    names = [name for name in RUN_FILES if name != "wandb_id" or "wandb" in loggers]
+    found = [out / name for name in names] + [snapshot_path(out, epoch) for epoch in sorted(epochs)]
+    if "tensorboard" in loggers and (out / "tensorboard").is_dir():
+        found += [p for p in sorted((out / "tensorboard").iterdir()) if TENSORBOARD.match(p.name)]
+    return [p for p in found if p.is_file()]
+
+
+def _named_like_run_files(out: Path) -> list[Path]:
+    """The files in `out` with the names a run writes (RUN_FILES, snapshots, TensorBoard events)."""
+    found = [out / name for name in RUN_FILES if (out / name).is_file()]
+    for folder, pattern in ((out / "snapshots", SNAPSHOT), (out / "tensorboard", TENSORBOARD)):
+        if folder.is_dir():
+            found += [p for p in sorted(folder.iterdir()) if pattern.match(p.name) and p.is_file()]
+    return found
+
+
+def snapshot_path(out: Path, epoch: int) -> Path:
+    return out / "snapshots" / f"epoch_{epoch:04d}.pt"
+
+
+def clear_temporaries(out: Path) -> list[Path]:
+    """Delete the temporary files that interrupted writes of the run in `out` left (hold its lock)."""
+    return remove_temporaries(out, RUN_FILES) + remove_temporaries(out / "snapshots", lambda n: bool(SNAPSHOT.match(n)))

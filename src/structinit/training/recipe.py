@@ -1,0 +1,159 @@
+"""What a run trains and how: the model (initialised by structinit), timm's AdamW, cosine schedule with
+warm-up, EMA, mixup/cutmix and loss, under autocast and (with several processes) DDP; one optimiser
+step; the state a checkpoint keeps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from timm.data import Mixup
+from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
+from timm.optim import create_optimizer_v2
+from timm.scheduler import CosineLRScheduler
+from timm.utils import ModelEmaV3
+from torch import nn
+
+from ..data.datasets import StreamData, TensorData
+from ..models import build_model
+from ..report import Report
+from .device import Dist, all_reduce_sum, prefer_math_attention, resolve_amp
+from .settings import TrainConfig
+
+
+class Recipe:
+    """The model and everything that trains it, built from a config for the data, on a device."""
+
+    def __init__(self, config: TrainConfig, data: TensorData | StreamData, device: torch.device, world: Dist):
+        self.config, self.device, self.world = config, device, world
+        self.model, self.report = model_of(config, data)
+        self.model.to(device)
+        self.amp_dtype = resolve_amp(config.amp, device)
+        prefer_math_attention(self.model, device, self.amp_dtype)
+        train_model: nn.Module = self.model
+        if world.world > 1:
+            ids = [device.index] if device.type == "cuda" else None
+            train_model = nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
+        self.forward = torch.compile(train_model) if config.compile else train_model
+        self.optimizer = create_optimizer(self.model, config, device)
+        self.ema = ModelEmaV3(self.model, decay=config.ema_decay) if config.ema_decay else None
+        self.scaler = torch.amp.GradScaler(device.type) if self.amp_dtype == torch.float16 else None
+        mixing = config.mixup > 0 or config.cutmix > 0
+        self.mixup = (
+            Mixup(config.mixup, config.cutmix, label_smoothing=config.smoothing, num_classes=data.num_classes)
+            if mixing
+            else None
+        )
+        self.criterion = SoftTargetCrossEntropy() if mixing else LabelSmoothingCrossEntropy(config.smoothing)
+        self.scheduler: CosineLRScheduler | None = None
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the recipe."""
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "ema": self.ema.state_dict() if self.ema is not None else None,
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+        }
+
+    def load(self, checkpoint: dict[str, Any]) -> None:
+        """Put back a checkpoint's state (KeyError, RuntimeError, ValueError or TypeError if it does not fit)."""
+        self.model.load_state_dict(checkpoint["model"])
+        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        if self.ema is not None:
+            self.ema.load_state_dict(checkpoint["ema"])
+        if self.scaler is not None and checkpoint.get("scaler"):
+            self.scaler.load_state_dict(checkpoint["scaler"])
+
+    def schedule(self, steps_per_epoch: int, start_epoch: int) -> None:
+        """The lr schedule, a function of the step: a resumed run with more epochs or a new lr follows
+        the new one; the optimiser takes this device's AdamW kernel, not the checkpoint's."""
+        for group in self.optimizer.param_groups:
+            group["initial_lr"] = self.config.lr
+            group.update(adamw_kernel(self.device))
+        self.steps_per_epoch = steps_per_epoch
+        self.scheduler = create_schedule(self.optimizer, self.config, steps_per_epoch)
+        if start_epoch:
+            self.scheduler.step_update(start_epoch * steps_per_epoch)
+
+    def step(self, images: torch.Tensor, labels: torch.Tensor, step: int) -> torch.Tensor:
+        """One optimiser step (the run's `step`-th, from 0); returns the loss."""
+        with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
+            loss = self.criterion(self.forward(images), labels)
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.unscale_(self.optimizer)
+        else:
+            loss.backward()
+        if self.config.clip_grad:
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_grad)
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.scheduler.step_update(step + 1)
+        if self.ema is not None:
+            self.ema.update(self.model)
+        return loss
+
+    def lr(self) -> float:
+        return self.optimizer.param_groups[0]["lr"]
+
+
+def model_of(config: TrainConfig, data: TensorData | StreamData) -> tuple[nn.Module, Report]:
+    """The run's model, created for the data's classes, channels and image size and initialised;
+    returns (model, init report). Seeded, so that it is the same model every time."""
+    in_memory = isinstance(data, TensorData)
+    return build_model(
+        config.model,
+        config.init_spec,
+        config.seed,
+        num_classes=data.num_classes,
+        in_chans=data.image_shape[0] if in_memory else data.channels,
+        data_size=data.image_shape[1] if in_memory else None,
+        drop_path=config.drop_path,
+        **config.model_kwargs,
+    )
+
+
+def adamw_kernel(device: torch.device) -> dict[str, bool | None]:
+    """AdamW's fused kernel on CUDA (one launch for every parameter instead of several per tensor: the
+    optimiser step of a small model is launch-bound); torch's default (foreach) elsewhere."""
+    fused = device.type == "cuda"
+    return {"fused": True if fused else None, "foreach": False if fused else None}
+
+
+def create_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
+    """timm's AdamW (no weight decay on norms, biases and position embeddings) at the config's lr and decay."""
+    return create_optimizer_v2(model, "adamw", lr=config.lr, weight_decay=config.weight_decay, **adamw_kernel(device))
+
+
+def create_schedule(optimizer: torch.optim.Optimizer, config: TrainConfig, steps_per_epoch: int) -> CosineLRScheduler:
+    """timm's cosine schedule with linear warm-up, stepped once per optimiser step."""
+    return CosineLRScheduler(
+        optimizer,
+        t_initial=config.epochs * steps_per_epoch,
+        lr_min=config.min_lr,
+        warmup_t=round(config.warmup_epochs * steps_per_epoch),
+        warmup_lr_init=config.warmup_lr,
+        t_in_epochs=False,
+    )
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, batches, device: torch.device, world: Dist, amp_dtype, split: str = "test") -> dict:
+    """Top-1/top-5 (percent) and loss over the evaluation batches of every process, named by `split`."""
+    model.eval()
+    totals = torch.zeros(4, device=device, dtype=torch.float64)  # top-1, top-5, loss sum, count
+    for images, labels in batches:
+        with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+            logits = model(images).float()
+        top = logits.topk(min(5, logits.shape[1]), dim=1).indices
+        totals[0] += (top[:, 0] == labels).sum()
+        totals[1] += (top == labels[:, None]).any(1).sum()
+        totals[2] += nn.functional.cross_entropy(logits, labels, reduction="sum")
+        totals[3] += len(labels)
+    c1, c5, loss, n = all_reduce_sum(totals, world).tolist()
+    return {f"{split}_top1": 100 * c1 / n, f"{split}_top5": 100 * c5 / n, f"{split}_loss": loss / n}
