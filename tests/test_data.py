@@ -102,3 +102,40 @@ def test_large_images_stream_through_timm_transforms_and_train(tmp_path):
     )
     summary = train(config)
     assert summary["finished"] and 0 <= summary["test_top1"] <= 100
+
+
+def test_classes_keeps_only_those_classes_relabelled_in_the_datas_order():
+    everything = load_data("digits")
+    some = load_data("digits", classes=["7", "1", "3"])
+    assert some.classes == ["1", "3", "7"]
+    for split in ("train", "test"):
+        labels, images = getattr(everything, f"{split}_labels"), getattr(everything, f"{split}_images")
+        kept = (labels == 1) | (labels == 3) | (labels == 7)
+        assert torch.equal(getattr(some, f"{split}_images"), images[kept])
+        relabelled = {1: 0, 3: 1, 7: 2}
+        assert getattr(some, f"{split}_labels").tolist() == [relabelled[int(x)] for x in labels[kept]]
+    with pytest.raises(ValueError, match=r"--classes 11: --data digits has no such class \(0, 1, 2"):
+        load_data("digits", classes=["1", "11"])
+
+
+def test_a_setting_added_later_leaves_the_identity_of_runs_recorded_before_it_unchanged():
+    import dataclasses
+
+    from structinit.training import TrainConfig
+    from structinit.training.identity import config_hash, identity_differences
+
+    config = dataclasses.asdict(TrainConfig())
+    before = {k: v for k, v in config.items() if k not in ("classes", "teacher")}  # as a 0.2 run recorded it
+    assert config_hash(before) == config_hash(config)
+    assert identity_differences(before, config) == []
+    assert config_hash({**config, "classes": ["1", "2"]}) != config_hash(config)
+    assert identity_differences(before, {**config, "teacher": "t.pth"}) == ["teacher"]
+
+
+def test_classes_of_a_streamed_image_tree_are_relabelled_too(tmp_path):
+    root = make_imagefolder(tmp_path / "big", 72, per_class=3, classes=("a", "b", "c"))
+    data = load_data(f"imagefolder:{root}", classes=["c", "a"])
+    assert isinstance(data, StreamData) and data.classes == ["a", "c"]
+    assert len(data.train) == len(data.test) == 6 and data.train_labels.tolist() == [0, 0, 0, 1, 1, 1]
+    assert [label for _, label in data.test] == [0, 0, 0, 1, 1, 1]
+    assert np.array_equal(np.array(data.train[3][0]), np.array(Image.open(root / "train" / "c" / "0.png")))

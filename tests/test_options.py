@@ -42,7 +42,7 @@ def test_a_method_a_variant_and_options_in_brackets():
         (
             "xavier",
             "unknown init 'xavier'; choose from box, default, impulse, impulse-authors, impulse-soft, kaiming, "
-            "mimetic, qk-norm, random, timm",
+            "mimetic, qk-norm, random, select, timm",
         ),
         ("impulse[target_fidelity=0.9", "options go in brackets at the end"),
         ("impulse[0.9]", "expected key=value, got '0.9'"),

@@ -57,5 +57,6 @@ def _record(report: Report | None) -> dict[str, str]:
     record: dict[str, Any] = {"structinit": __version__}
     if report is not None:
         record.update(method=report.method, seed=report.seed, options=report.options, model=report.model)
+        record.update(report.source)
         record["mean_fidelity"] = report.mean_fidelity
     return {key: value if isinstance(value, str) else json.dumps(value, default=str) for key, value in record.items()}

@@ -127,15 +127,29 @@ def _takes_img_size(arch: str | Callable[..., nn.Module]) -> bool:
 
 
 def build_model(
-    name: str, spec: InitSpec, seed: int, *, num_classes: int, in_chans: int, data_size: int | None, **kwargs: Any
+    name: str,
+    spec: InitSpec,
+    seed: int,
+    *,
+    num_classes: int,
+    in_chans: int,
+    data_size: int | None,
+    teacher: str | None = None,
+    **kwargs: Any,
 ) -> tuple[nn.Module, Report]:
     """`create_model`, then the init `spec` names, with every random stream seeded by `seed` first (the
     weights timm draws before the init, e.g. MLPs and head, depend on it): the same arguments give the
-    same weights in every process. Returns (model, report)."""
+    same weights in every process. `teacher`: the teacher of a `select` init (--teacher) that its label
+    does not name. Returns (model, report)."""
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
     model = create_model(name, num_classes=num_classes, in_chans=in_chans, data_size=data_size, **kwargs)
     if spec.is_default:
         return model, Report(DEFAULT, type(model).__name__, [], seed=seed)
-    return model, initialize(model, spec.method, kernel_size=spec.kernel_size, seed=seed, **spec.options)
+    options = dict(spec.options)
+    if teacher is not None and spec.method == "select":
+        if options.get("teacher") not in (None, teacher):
+            raise ValueError(f"--teacher {teacher} and the label's teacher={options['teacher']}: give one")
+        options["teacher"] = teacher
+    return model, initialize(model, spec.method, kernel_size=spec.kernel_size, seed=seed, **options)

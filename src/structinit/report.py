@@ -35,6 +35,7 @@ class Report:
     options: dict[str, Any] = field(default_factory=dict)
     measured_on: str = "pseudo input"
     unit: str = "head"  # what carries an offset: an attention head, a ConvMixer filter, a Mixer token mixer
+    source: dict[str, str] = field(default_factory=dict)  # where the weights came from (select: the teacher)
 
     def _fidelities(self) -> list[float]:
         return [h.fidelity for layer in self.layers for h in layer.heads if h.fidelity is not None]
@@ -60,6 +61,7 @@ class Report:
             "model": self.model,
             "seed": self.seed,
             "options": dict(self.options),
+            **({"source": dict(self.source)} if self.source else {}),
             "measured_on": self.measured_on,
             "unit": self.unit,
             "mean_fidelity": self.mean_fidelity,
@@ -89,6 +91,8 @@ class Report:
             f"fidelity on {self.measured_on}: mean {fmt(self.mean_fidelity)}, worst {unit} {fmt(self.min_fidelity)}",
             f"layer  seconds  {unit}s: offset (dy,dx) fidelity",
         ]
+        if self.source:
+            lines.insert(1, "from " + ", ".join(f"{k} {v}" for k, v in self.source.items()))
         shown = 16  # a ConvMixer layer has hundreds of filters: show the first few
         for layer in self.layers:
             cells = "  ".join(

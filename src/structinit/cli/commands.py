@@ -35,6 +35,8 @@ def run_train(args: argparse.Namespace) -> int:
         config = resume_config(args.out or TrainConfig.out, **asked)
     else:
         config = train_config(args)
+    if config.teacher is not None and config.init_spec.method != "select":
+        raise ValueError(f"--teacher is the larger model of --init select; --init {config.init} does not read it")
     summary = train(config)
     if int(os.environ.get("RANK", "0")) == 0:
         print_summary(summary, config.out)
@@ -70,7 +72,14 @@ def run_init(args: argparse.Namespace) -> int:
         raise ValueError(f"--init {DEFAULT}: leaves the model as constructed, there is nothing to initialise")
     classes, channels = model_kwargs.pop("num_classes", 1000), model_kwargs.pop("in_chans", 3)
     model, report = build_model(
-        args.model, spec, args.seed, num_classes=classes, in_chans=channels, data_size=None, **model_kwargs
+        args.model,
+        spec,
+        args.seed,
+        num_classes=classes,
+        in_chans=channels,
+        data_size=None,
+        teacher=args.teacher,
+        **model_kwargs,
     )
     print(report)
     digest = save_init(model, args.save, report) if args.save else weights_sha256(model.state_dict())
@@ -98,6 +107,8 @@ def run_compare(args: argparse.Namespace) -> int:
     from ..studies.grid import compare
 
     inits = split_top_level(args.inits)
+    if args.teacher is not None and all(InitSpec.parse(i).method != "select" for i in inits):
+        raise ValueError("--teacher is the larger model of the select inits, and --inits lists none")
     per_class = int_list(args.per_class, "--per-class") if args.per_class else [None]
     base = train_config(args)
     if args.parallel < 1:

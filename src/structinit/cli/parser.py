@@ -81,6 +81,7 @@ def add_init_command(commands: argparse._SubParsersAction) -> None:
     )
     init.add_argument("--init", "--method", default="impulse", help=INIT_HELP)
     init.add_argument("--seed", type=int, default=0)
+    init.add_argument("--teacher", help="the larger model of --init select: a timm name, a weights file or a run")
     init.add_argument("--model-kwargs", help="timm.create_model keywords, e.g. img_size=32,patch_size=4,num_heads=12")
     add_removed_flags(init)
     init.add_argument("--json", metavar="PATH", help="also write the report as JSON")

@@ -97,9 +97,11 @@ def load_data(
     train_fraction: float | None = None,
     subset_seed: int = 0,
     val_per_class: int | None = None,
+    classes: list[str] | None = None,
 ) -> TensorData | StreamData:
     """Load a dataset by its --data spec, with an optional stratified training subset and an optional
-    stratified validation split of `val_per_class` training images per class, disjoint from it."""
+    stratified validation split of `val_per_class` training images per class, disjoint from it;
+    `classes`: only those classes (by name, labelled in the data's order)."""
     name, path = parse_spec(spec)
     if name == "digits":
         data = _digits()
@@ -109,6 +111,8 @@ def load_data(
         data = _torchvision_arrays(name, Path(root), download)
     else:
         data = _torchvision_stream(name, Path(root), download)
+    if classes:
+        data = only_classes(data, classes, spec)
     if len(torch.unique(data.train_labels)) < 2:
         raise ValueError(f"--data {spec}: one class ({', '.join(data.classes)}); a classifier needs two or more")
     keep, val = stratified_split(
@@ -162,6 +166,56 @@ def _imagefolder(name: str, path: Path, cache_dir: str | Path | None) -> TensorD
     return TensorData(
         name, train_images, torch.tensor(train_labels), test_images, torch.tensor(test_labels), list(classes)
     )
+
+
+def only_classes(data: TensorData | StreamData, names: list[str], spec: str) -> TensorData | StreamData:
+    """The data's images of the classes `names`, relabelled 0..K-1 in the data's own class order."""
+    unknown = [n for n in names if n not in data.classes]
+    if unknown:
+        raise ValueError(f"--classes {','.join(unknown)}: --data {spec} has no such class ({', '.join(data.classes)})")
+    kept = [i for i, name in enumerate(data.classes) if name in names]
+    relabel = torch.full((len(data.classes),), -1, dtype=torch.int64)
+    relabel[kept] = torch.arange(len(kept))
+    if isinstance(data, TensorData):
+        train, test = relabel[data.train_labels] >= 0, relabel[data.test_labels] >= 0
+        return TensorData(
+            data.name,
+            data.train_images[train],
+            relabel[data.train_labels[train]],
+            data.test_images[test],
+            relabel[data.test_labels[test]],
+            [data.classes[i] for i in kept],
+        )
+    test_labels = torch.as_tensor(_targets(data.test))
+    train_keep = torch.nonzero(relabel[data.train_labels] >= 0).flatten().tolist()
+    test_keep = torch.nonzero(relabel[test_labels] >= 0).flatten().tolist()
+    return StreamData(
+        data.name,
+        Relabelled(torch.utils.data.Subset(data.train, train_keep), relabel),
+        Relabelled(torch.utils.data.Subset(data.test, test_keep), relabel),
+        relabel[data.train_labels[train_keep]],
+        [data.classes[i] for i in kept],
+        data.channels,
+    )
+
+
+def _targets(dataset: torch.utils.data.Dataset) -> list[int]:
+    labels = getattr(dataset, "targets", None)
+    return labels if labels is not None else [label for _, label in dataset]
+
+
+class Relabelled(torch.utils.data.Dataset):
+    """(image, new label) of a dataset whose labels `relabel` maps."""
+
+    def __init__(self, dataset: torch.utils.data.Dataset, relabel: torch.Tensor) -> None:
+        self.dataset, self.relabel = dataset, relabel
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int):
+        image, label = self.dataset[index]
+        return image, int(self.relabel[label])
 
 
 def fingerprint(data: TensorData | StreamData) -> str:

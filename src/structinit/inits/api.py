@@ -128,12 +128,13 @@ def _initialize(
         base = getattr(resolved, "base", "keep")  # the layers a structured init does not set
         if base != "keep":
             (adapter.reset_timm if base == "timm" else adapter.reset_kaiming)(generator)
-        if isinstance(adapter, ModelAdapter) and method not in ("timm", "kaiming"):  # those two redraw all
+        if isinstance(adapter, ModelAdapter) and not init.draws_embeddings:
             adapter.redraw_embeddings(generator)
         layers = init.run(adapter, generator, kernel_size=kernel_size, options=resolved)
     seconds = time.perf_counter() - start
     record = {"kernel_size": kernel_size, **resolved.to_dict()}
-    return Report(method, type(model).__name__, layers, seconds, seed, record, family.measured_on, family.unit)
+    source = init.provenance(resolved) if init.provenance else {}
+    return Report(method, type(model).__name__, layers, seconds, seed, record, family.measured_on, family.unit, source)
 
 
 def _split_method(method: str | MethodOptions, options: dict[str, Any]) -> tuple[str, dict | MethodOptions]:

@@ -261,6 +261,49 @@ class QKNormOptions(MethodOptions):
 
 
 @dataclass(frozen=True)
+class SelectOptions(MethodOptions):
+    """Weight selection from a larger teacher (Xu et al. 2024; inits/selection.py), optionally with the
+    impulse init's Q/K on top."""
+
+    what: ClassVar[str] = "weight selection"
+    method: ClassVar[str | None] = "select"
+    teacher: Any = option(
+        None,
+        "the larger model: a timm model name (pretrained weights), a .safetensors/.pth file, a structinit run "
+        "directory (its last.pt); in Python also a model or a state dict",
+    )
+    rule: str = option(
+        "uniform",
+        "uniform: every axis evenly spaced, qkv's output as one axis (the official code); heads: each student "
+        "head from one teacher head (timm ViTs)",
+        choices=("uniform", "heads"),
+    )
+    teacher_heads: int | None = option(
+        None, "rule=heads: the teacher's heads where its weights alone do not say (a file)", low=1
+    )
+    qk: str = option(
+        "teacher",
+        "the Q/K weights: the teacher's selection, or solved by the impulse init on the selected model",
+        choices=("teacher", "impulse"),
+    )
+    target_fidelity: float = target_fidelity()  # with qk=impulse
+    pos_scale: float | None = pos_scale(None)  # with qk=impulse
+    vproj: str = vproj("keep")  # with qk=impulse
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.qk == "teacher" and (self.pos_scale is not None or self.vproj != "keep"):
+            raise ValueError("pos_scale and vproj act through the impulse init: give them with qk=impulse")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The options as a report records them: a teacher given as a model or state dict by its kind."""
+        values = super().to_dict()
+        if not isinstance(self.teacher, str):
+            values["teacher"] = f"a {type(self.teacher).__name__} given in Python"
+        return values
+
+
+@dataclass(frozen=True)
 class SwinImpulseOptions(MethodOptions):
     """Impulse init of Swin v1, through its relative-position bias (inits/swin.py)."""
 

@@ -25,8 +25,10 @@ from .options import (
     MixerImpulseOptions,
     NoOptions,
     QKNormOptions,
+    SelectOptions,
     SwinImpulseOptions,
 )
+from .selection import init_select, provenance
 from .swin import init_swin_impulse
 
 
@@ -36,10 +38,12 @@ class InitMethod:
 
     run: Callable[..., list[LayerReport]]
     options: type[MethodOptions]
+    draws_embeddings: bool = False  # it sets the position embedding and prefix tokens itself
+    provenance: Callable[[Any], dict[str, str]] | None = None  # what the report records of its sources
 
 
-TIMM = InitMethod(init_timm, NoOptions)
-KAIMING = InitMethod(init_kaiming, NoOptions)
+TIMM = InitMethod(init_timm, NoOptions, draws_embeddings=True)
+KAIMING = InitMethod(init_kaiming, NoOptions, draws_embeddings=True)
 MIMETIC = InitMethod(init_mimetic, MimeticOptions)
 METHODS: dict[str, InitMethod] = {
     "timm": TIMM,
@@ -47,6 +51,7 @@ METHODS: dict[str, InitMethod] = {
     "mimetic": MIMETIC,
     "impulse": InitMethod(init_impulse, ImpulseOptions),
     "qk-norm": InitMethod(init_qk_norm, QKNormOptions),
+    "select": InitMethod(init_select, SelectOptions, draws_embeddings=True, provenance=provenance),
 }
 
 

@@ -150,7 +150,8 @@ def _changed_init_options(config: TrainConfig) -> str:
     if spec.is_default or not report.exists():
         return ""
     recorded = read_record(report, REPORT_FIX).get("options", {})
-    then, now = options_then_and_now(spec.method, spec.options, recorded) or ({}, {})
+    given = {**spec.options, **({"teacher": config.teacher} if spec.method == "select" and config.teacher else {})}
+    then, now = options_then_and_now(spec.method, given, recorded) or ({}, {})
     differ = [f"{k}={then[k]!r} (now {v!r})" for k, v in now.items() if then[k] != v]
     return f"init {config.init!r} with {', '.join(differ)}" if differ else ""
 

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from ..errors import RunError
-from .settings import SETTINGS, flag
+from .settings import SETTING_DEFAULTS, SETTINGS, flag
 
 # settings a resumed run may change, those its log records, and those that change what it trains
 RESUMABLE = tuple(name for name, s in SETTINGS.items() if s.resume != "fixed")
@@ -16,11 +16,13 @@ RECORDED = tuple(name for name, s in SETTINGS.items() if s.resume in ("recorded"
 SCHEDULE = tuple(name for name, s in SETTINGS.items() if s.resume == "schedule")
 NOT_IDENTITY = tuple(name for name, s in SETTINGS.items() if not s.identity)
 NOT_RECIPE = tuple(name for name, s in SETTINGS.items() if s.identity and not s.recipe)
+# settings added since runs were first recorded, and the default that such runs did
+LATER = {name: SETTING_DEFAULTS[name] for name, s in SETTINGS.items() if s.since}
 
 
 def identity(config: dict[str, Any]) -> dict[str, Any]:
-    """The settings that decide what a run computes."""
-    return {k: v for k, v in config.items() if k not in NOT_IDENTITY}
+    """The settings that decide what a run computes (a later setting at its default: none)."""
+    return {k: v for k, v in config.items() if k not in NOT_IDENTITY and not (k in LATER and v == LATER[k])}
 
 
 def config_hash(config: dict[str, Any], leave_out: tuple[str, ...] = ()) -> str:

@@ -114,6 +114,7 @@ def model_of(config: TrainConfig, data: TensorData | StreamData) -> tuple[nn.Mod
         in_chans=data.image_shape[0] if in_memory else data.channels,
         data_size=data.image_shape[1] if in_memory else None,
         drop_path=config.drop_path,
+        teacher=config.teacher,
         **config.model_kwargs,
     )
 

@@ -151,6 +151,7 @@ class Run:
             train_fraction=config.train_fraction,
             subset_seed=config.subset_seed,
             val_per_class=config.val_per_class,
+            classes=config.classes,
         )
         self.data_fingerprint = fingerprint(self.data)
         self.recipe = Recipe(config, self.data, self.device, world)

@@ -38,7 +38,9 @@ class Setting:
     "recorded" (a resume may change it, and the log says so) or "schedule" (recorded, and it changes
     what the run trains from then on). `identity`: whether it decides what the run computes; `recipe`:
     whether a grid's recipe hash includes it (not the grid's own axes). `flag`: a `train` flag, and
-    `grid` a `compare` flag too; `parse` turns the flag's text into the value."""
+    `grid` a `compare` flag too; `parse` turns the flag's text into the value. `since`: the version
+    that added it (runs recorded before did what its default does, so its default is no part of
+    their identity or hash)."""
 
     help: str | None = None
     flag: bool = True
@@ -51,6 +53,7 @@ class Setting:
     resume: str = "fixed"
     identity: bool = True
     recipe: bool = True
+    since: str | None = None
 
 
 def setting(default: Any, **about: Any) -> Any:
@@ -116,12 +119,25 @@ class TrainConfig:
         help="hold out K training images per class (stratified, disjoint from the subset) and evaluate on them "
         "instead of the test set: choose settings there, report the test set once",
     )
+    classes: list[str] = setting(
+        [],
+        parse=_names,
+        metavar="NAME,NAME",
+        help="train and evaluate on these classes only (by folder or class name), relabelled in the data's order",
+        since="0.3.0",
+    )
     model: str = setting("vit_digits", help=f"timm model name or preset ({', '.join(PRESETS)})")
     model_kwargs: dict[str, Any] = setting(
         {}, parse=_assignments, help="timm.create_model keywords, e.g. depth=6,num_heads=12,global_pool=avg"
     )
     # an init label: method or variant, options in brackets (kernel_size among them)
     init: str = setting("impulse", grid=False, help=INIT_HELP, **GRID_AXIS)
+    teacher: str | None = setting(
+        None,
+        help="the larger model of --init select (weight selection): a timm model name (pretrained), a .safetensors "
+        "or .pth file, or a run directory",
+        since="0.3.0",
+    )
     epochs: int = setting(30, bounds="[1, inf)", resume="schedule", **GRID_AXIS)
     batch_size: int = setting(
         128, aliases=("-b",), bounds="[1, inf)", help="global batch size (split across processes)"
@@ -203,7 +219,9 @@ class TrainConfig:
         """Bad values fail here, in flag terms, before any data is loaded or any directory is made."""
         for f in dataclasses.fields(self):
             check_value(f.name, f.type, SETTINGS[f.name].bounds, getattr(self, f.name))
-        InitSpec.parse(self.init)
+        spec = InitSpec.parse(self.init)
+        if spec.method == "select" and self.teacher is None and spec.options.get("teacher") is None:
+            raise ValueError(f"--init {self.init} selects from a larger model: give it with --teacher")
         parse_spec(self.data)
         check_loggers(self.log)
         check_model_kwargs(self.model_kwargs)
@@ -247,6 +265,10 @@ class TrainConfig:
 
 
 SETTINGS: dict[str, Setting] = {f.name: f.metadata["setting"] for f in dataclasses.fields(TrainConfig)}
+SETTING_DEFAULTS: dict[str, Any] = {
+    f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+    for f in dataclasses.fields(TrainConfig)
+}
 # a setting's declared type -> (the Python types it takes, its name in messages)
 SETTING_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "int": ((int,), "an integer"),
