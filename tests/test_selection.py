@@ -249,3 +249,29 @@ def test_the_cli_names_a_missing_or_misplaced_teacher(tmp_path, capsys):
     assert "--init timm does not read it" in capsys.readouterr().err
     assert main(["compare", "--inits", "timm", "--teacher", "x", "--out", str(tmp_path / "c")]) == 2
     assert "--inits lists none" in capsys.readouterr().err
+
+
+def test_selection_study_smoke_trains_teachers_then_every_student_and_resumes_from_its_ledger(tmp_path):
+    from conftest import load_benchmark, make_imagefolder
+
+    study = load_benchmark("study_selection")
+    data = make_imagefolder(tmp_path / "images", 32, per_class=8, classes=study.TEACHER_CLASSES + study.STUDENT_CLASSES)
+    args = ["--smoke", "--data", f"imagefolder:{data}", "--out", str(tmp_path / "out"), "--jobs", "1"]
+    with pytest.raises(SystemExit):  # students before their teachers: named, nothing trains
+        study.main([*args, "--part", "students"])
+    assert study.main([*args, "--part", "teachers"]) == 0
+    assert study.main([*args, "--part", "students"]) == 0
+    ledger = tmp_path / "out" / "docs" / study.LEDGER
+    rows = [json.loads(line) for line in ledger.read_text().splitlines()]
+    assert sorted((r["split"], r["init"], r["grid"]) for r in rows) == sorted(
+        ("val" if val else "test", study.STUDENT_INITS[init][0], study.grid_of(init, val))
+        for val, _, init in study.student_runs(smoke=True)
+    )
+    text = (tmp_path / "out" / "docs" / "selection.md").read_text()
+    assert "| timm | timm | 1 |" in text and "select (impulse teacher)" in text
+    # on a checkout with the ledger and no student directories, nothing trains again
+    import shutil
+
+    for grid in ("students", "students-val", "students-impulse-teacher", "students-impulse-teacher-val"):
+        shutil.rmtree(tmp_path / "out" / grid)
+    assert study.student_configs(f"imagefolder:{data}", tmp_path / "out", ledger.parent, study.SMOKE, True) == []
