@@ -6,13 +6,15 @@ classes 0-4 (all their 25,000 images), once from timm's init and once from the i
 paper's Section 5.5). Students: width 192 (3 heads of 64, depth 6) on a small subset of the other
 classes (5-9), every init x 3 seeds; settings are chosen on a validation split, the test set is read once.
 
-    .venv/bin/python benchmarks/study_selection.py --part teachers   # ~2 h each on a 2-core CPU
-    .venv/bin/python benchmarks/study_selection.py --part students   # validation split, then test
+    .venv/bin/python benchmarks/study_selection.py --part teachers --teachers timm   # then its students
+    .venv/bin/python benchmarks/study_selection.py --part students   # every student whose teacher is here
     .venv/bin/python benchmarks/study_selection.py --part docs       # docs/selection.md tables and figure
     .venv/bin/python benchmarks/study_selection.py --smoke --out /tmp/selection   # the pipeline, in a minute
 
-Every finished run's row goes to docs/selection-runs.jsonl (commit it as runs finish); teachers are run
-directories under OUT/teachers, so a student grid needs the teachers trained on the same checkout.
+Every finished run's row goes to docs/selection-runs.jsonl (commit it as runs finish). Teachers are run
+directories under OUT/teachers, not committed: a student trains where its teacher is, so on a 2-core
+CPU one session trains the timm teacher and its students (and the baselines), the next the impulse
+teacher and its students.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ SEEDS = [0, 1, 2]
 class Sizes:
     """What the smoke mode shrinks: epochs, images per class, the teachers' and students' depth."""
 
-    teacher_epochs: int = 20
+    teacher_epochs: int = 8
     student_epochs: int = 60
     per_class: int = 100
     val_per_class: int = 50
@@ -115,6 +117,12 @@ def student_config(init: str, seed: int, val: bool, data: str, out: Path, sizes:
         quiet=True,
         out=str(run_dir(out / grid_of(init, val), sizes.per_class, label, seed)),
     )
+
+
+def teacher_of(config: TrainConfig) -> str | None:
+    """The teacher a student config selects from (its name), or None for the baselines: every
+    teacher's students can train as soon as it exists."""
+    return Path(config.teacher).name if config.teacher else None
 
 
 def student_runs(smoke: bool) -> list[tuple[bool, int, str]]:
@@ -181,20 +189,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="runs/selection", help="run directories (resumable)")
     parser.add_argument("--docs", default=None, help="where the docs go (default docs/; with --smoke, OUT/docs)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at once, one process each")
+    parser.add_argument(
+        "--teachers", default="timm,impulse", help="the teachers to train (one a session fits a 2-core CPU)"
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny models and subsets, 1-2 epochs: the pipeline")
     args = parser.parse_args(argv)
     out, sizes = Path(args.out), SMOKE if args.smoke else FULL
     docs = Path(args.docs) if args.docs else (out / "docs" if args.smoke else ROOT / "docs")
     docs.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
+    unknown = set(args.teachers.split(",")) - set(TEACHERS)
+    if unknown:
+        parser.error(f"--teachers: no teacher {', '.join(sorted(unknown))}; the teachers are {', '.join(TEACHERS)}")
     if args.part == "teachers":
-        configs = [teacher_config(name, args.data, out, sizes) for name in TEACHERS]
+        configs = [teacher_config(name, args.data, out, sizes) for name in args.teachers.split(",")]
         run_configs([c for c in configs if not (Path(c.out) / "summary.json").exists()], args.jobs, root=out)
     elif args.part == "students":
-        missing = [n for n in TEACHERS if not (out / "teachers" / n / "last.pt").exists()]
-        if missing:
-            parser.error(f"train the teachers first (--part teachers): {', '.join(missing)} not found under {out}")
-        run_configs(student_configs(args.data, out, docs, sizes, args.smoke), args.jobs, root=out)
+        ready = {n for n in TEACHERS if (out / "teachers" / n / "summary.json").exists()} | {None}
+        if ready == {None}:
+            parser.error(f"train a teacher first (--part teachers): none under {out / 'teachers'}")
+        todo = [c for c in student_configs(args.data, out, docs, sizes, args.smoke) if teacher_of(c) in ready]
+        teachers = ", ".join(sorted(n for n in ready if n))
+        print(f"students: {len(todo)} runs to train (teachers here: {teachers})", flush=True)
+        run_configs(todo, args.jobs, root=out)
     rows = rows_of(out, docs, sizes)
     write_ledger(docs / LEDGER, rows)
     body = f"### The teachers\n\n{teacher_table(out)}\n### The students\n\n{tables(rows)}"

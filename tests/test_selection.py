@@ -257,11 +257,16 @@ def test_selection_study_smoke_trains_teachers_then_every_student_and_resumes_fr
     study = load_benchmark("study_selection")
     data = make_imagefolder(tmp_path / "images", 32, per_class=8, classes=study.TEACHER_CLASSES + study.STUDENT_CLASSES)
     args = ["--smoke", "--data", f"imagefolder:{data}", "--out", str(tmp_path / "out"), "--jobs", "1"]
-    with pytest.raises(SystemExit):  # students before their teachers: named, nothing trains
+    with pytest.raises(SystemExit):  # students before any teacher: named, nothing trains
         study.main([*args, "--part", "students"])
-    assert study.main([*args, "--part", "teachers"]) == 0
+    assert study.main([*args, "--part", "teachers", "--teachers", "timm"]) == 0  # one teacher a session
     assert study.main([*args, "--part", "students"]) == 0
     ledger = tmp_path / "out" / "docs" / study.LEDGER
+    rows = [json.loads(line) for line in ledger.read_text().splitlines()]
+    assert len(rows) == len(study.student_runs(smoke=True)) - 2  # all but the impulse teacher's (val, test)
+    assert not any(r["grid"].startswith("students-impulse-teacher") for r in rows)
+    assert study.main([*args, "--part", "teachers", "--teachers", "impulse"]) == 0
+    assert study.main([*args, "--part", "students"]) == 0
     rows = [json.loads(line) for line in ledger.read_text().splitlines()]
     assert sorted((r["split"], r["init"], r["grid"]) for r in rows) == sorted(
         ("val" if val else "test", study.STUDENT_INITS[init][0], study.grid_of(init, val))
