@@ -70,22 +70,33 @@ FULL = Sizes()
 SMOKE = Sizes(teacher_epochs=1, student_epochs=2, per_class=4, val_per_class=2, batch_size=4, depth=1, classes=2)
 
 
-def teacher_config(name: str, data: str, out: Path, sizes: Sizes) -> TrainConfig:
-    model, kwargs = TEACHER_MODEL
+def config(model: tuple[str, dict], classes: list[str], epochs: int, sizes: Sizes, **settings: Any) -> TrainConfig:
+    """A run of the study: the light recipe on `classes`, the model at the sizes' depth, bf16 where it runs."""
+    name, kwargs = model
     return TrainConfig.from_preset(
         "cpu-quick",
-        data=data,
-        classes=TEACHER_CLASSES[: sizes.classes],
-        model=model,
+        classes=classes[: sizes.classes],
+        model=name,
         model_kwargs={**kwargs, **({"depth": sizes.depth} if sizes.depth else {})},
+        epochs=epochs,
+        amp="auto",
+        quiet=True,
+        **settings,
+    )
+
+
+def teacher_config(name: str, data: str, out: Path, sizes: Sizes) -> TrainConfig:
+    return config(
+        TEACHER_MODEL,
+        TEACHER_CLASSES,
+        sizes.teacher_epochs,
+        sizes,
+        data=data,
         per_class=sizes.per_class if sizes is SMOKE else None,
         init=TEACHERS[name],
         seed=0,
-        epochs=sizes.teacher_epochs,
         batch_size=sizes.batch_size * 2,
         eval_every=max(1, sizes.teacher_epochs // 5),
-        amp="auto",
-        quiet=True,
         out=str(out / "teachers" / name),
     )
 
@@ -98,23 +109,19 @@ def grid_of(init: str, val: bool) -> str:
 
 def student_config(init: str, seed: int, val: bool, data: str, out: Path, sizes: Sizes) -> TrainConfig:
     label, teacher = STUDENT_INITS[init]
-    model, kwargs = STUDENT_MODEL
-    return TrainConfig.from_preset(
-        "cpu-quick",
+    return config(
+        STUDENT_MODEL,
+        STUDENT_CLASSES,
+        sizes.student_epochs,
+        sizes,
         data=data,
-        classes=STUDENT_CLASSES[: sizes.classes],
-        model=model,
-        model_kwargs={**kwargs, **({"depth": sizes.depth} if sizes.depth else {})},
         per_class=sizes.per_class,
         val_per_class=sizes.val_per_class if val else None,
         init=label,
         teacher=str((out / "teachers" / teacher).resolve()) if teacher else None,
         seed=seed,
-        epochs=sizes.student_epochs,
         batch_size=sizes.batch_size,
         eval_every=max(1, sizes.student_epochs // 10),
-        amp="auto",
-        quiet=True,
         out=str(run_dir(out / grid_of(init, val), sizes.per_class, label, seed)),
     )
 
