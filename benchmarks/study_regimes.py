@@ -405,6 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--docs", default=None, help="where the docs go (default docs/; with --smoke, OUT/docs)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at once, one process each")
     parser.add_argument("--smoke", action="store_true", help="tiny model and subsets, 2 epochs: checks the pipeline")
+    parser.add_argument("--only", nargs="+", metavar="INIT", help="train only the runs of these init labels (exact)")
     args = parser.parse_args(argv)
     if args.part == "sizing":
         sizing()
@@ -426,6 +427,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("no regime is calibrated yet (CALIBRATED is None): run --part calibrate, then set it")
     grids = {"calibrate": calibrating, "compare": comparison, "ablate": ablations, "docs": []}[args.part]
     configs, total = unfinished(grids, regimes, args.data, out, docs, args.smoke)
+    if args.only:
+        known = {init for grid in grids for init in grid.inits}
+        if unknown := sorted(set(args.only) - known):
+            parser.error(f"--only: {', '.join(unknown)} is not an init of --part {args.part} ({', '.join(sorted(known))})")
+        configs = [c for c in configs if c.init in args.only]
     start = time.perf_counter()
     if grids:
         print(f"{args.part}: {len(configs)} of {total} runs to train, {args.jobs} at a time", flush=True)
