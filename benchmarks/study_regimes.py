@@ -430,7 +430,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         known = {init for grid in grids for init in grid.inits}
         if unknown := sorted(set(args.only) - known):
-            parser.error(f"--only: {', '.join(unknown)} is not an init of --part {args.part} ({', '.join(sorted(known))})")
+            listed = ", ".join(sorted(known))
+            parser.error(f"--only: {', '.join(unknown)} is not an init of --part {args.part} ({listed})")
         configs = [c for c in configs if c.init in args.only]
     start = time.perf_counter()
     if grids:
