@@ -63,9 +63,14 @@ def test_regime_study_smoke_calibrates_on_validation_and_resumes_from_its_ledger
     capsys.readouterr()
     assert study.main(fresh) == 0  # a checkout without run directories trains nothing the ledger holds
     assert "calibrate: 0 of 6 runs to train" in capsys.readouterr().out
-    for part, count in (("compare", 7), ("ablate", 8)):
+    assert study.main([*args, "--part", "compare", "--only", "timm"]) == 0  # one init's runs, first
+    assert "compare: 1 of 7 runs to train" in capsys.readouterr().out
+    for part, todo in (("compare", "6 of 7"), ("ablate", "8 of 8")):
         assert study.main([*args, "--part", part]) == 0
-        assert f"{part}: {count} of {count} runs to train" in capsys.readouterr().out
+        assert f"{part}: {todo} runs to train" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as stop:
+        study.main([*args, "--part", "compare", "--only", "xavier"])
+    assert stop.value.code == 2 and "--only: xavier is not an init of --part compare (" in capsys.readouterr().err
     with open(docs / "regimes.csv") as f:
         tested = {r["init"] for r in csv.DictReader(f) if r["split"] == "test"}
     norm = study.matched_norm(study.SMOKE_REGIME, f"imagefolder:{data}")
