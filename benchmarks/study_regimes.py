@@ -287,19 +287,36 @@ def csv_rows(rows: list[dict[str, Any]], regimes: dict[str, Regime]) -> list[dic
     return out
 
 
-def init_entropies(inits: list[str], regime: Regime, data: str, smoke: bool) -> dict[str, float]:
-    """Per init, the attention entropy (over log T, mean of layers and heads) of its seed-0 model at init
-    on 256 test images: 1 is uniform, 0 one-hot."""
+def init_attention(inits: list[str], regime: Regime, data: str, smoke: bool) -> str:
+    """A table of what each init's attention does at init (seed 0): its entropy on 256 test images (over
+    log T: 1 uniform, 0 one-hot), the mass on each head's best 3x3 offset on the pseudo input and on the
+    images (layer 0 and every layer; chance is 1/T), and the mean per-head Q/K Frobenius norm."""
+    import structinit
     from structinit.data.batches import normalised_test_images
-    from structinit.fidelity import attention_entropy
+    from structinit.fidelity import attention_entropy, fidelity
     from structinit.training.recipe import model_of
 
     loaded = dataset(data)
-    entropies = {}
+    lines = [
+        "| init | entropy | best-offset mass, pseudo input | on images, layer 0 | on images, all layers | Q/K norm |",
+        "|---|---|---|---|---|---|",
+    ]
     for init in inits:
         model, _ = model_of(regime.config(init, 0, False, data, Path("unused"), smoke), loaded)
-        entropies[init] = attention_entropy(model.eval(), normalised_test_images(model, loaded, 256))
-    return entropies
+        images = normalised_test_images(model.eval(), loaded, 256)
+        pseudo, real = fidelity(model), fidelity(model, images)
+        layer0 = statistics.mean(h.fidelity for h in real.layers[0].heads)
+        norms = [
+            float(w.detach().view(layer.num_heads, layer.head_dim, -1).norm(dim=(1, 2)).mean())
+            for layer in structinit.adapters.get_adapter(model).layers()
+            for w in layer.qk_weights()
+        ]
+        entropy = attention_entropy(model, images)
+        lines.append(
+            f"| {init} | {entropy:.3f} | {pseudo.mean_fidelity:.3f} | {layer0:.3f} | {real.mean_fidelity:.3f} "
+            f"| {statistics.mean(norms):.1f} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def write_docs(
@@ -322,10 +339,10 @@ def write_docs(
         plot_curves(grid_rows, figures / f"regimes-{name}.png")
         figure = f"![curves of {name}](figures/regimes-{name}.png)"
         regime = regimes[name.removesuffix("-val")]
-        entropies = init_entropies(list(dict.fromkeys(r["init"] for r in grid_rows)), regime, data, smoke)
-        listed = "; ".join(f"{init} {value:.3f}" for init, value in entropies.items())
-        entropy = f"Attention entropy at init (seed 0, 256 test images, over log T; 1 is uniform): {listed}.\n"
-        sections.append(f"### {name}\n\n{results_markdown(grid_rows)}\n{entropy}\n{figure}\n")
+        attention = init_attention(list(dict.fromkeys(r["init"] for r in grid_rows)), regime, data, smoke)
+        tokens = f"{regime.tokens} tokens: chance is {1 / regime.tokens:.4f}"
+        at_init = f"Attention at init (seed 0, 256 test images; {tokens}):\n\n{attention}"
+        sections.append(f"### {name}\n\n{results_markdown(grid_rows)}\n{at_init}\n{figure}\n")
     hours = sum(r["wall_secs"] for r in rows) / 3600
     table = calibration(rows, regimes)
     parts = bundle_table(rows, *bundle) if bundle else ""

@@ -58,7 +58,8 @@ def test_regime_study_smoke_calibrates_on_validation_and_resumes_from_its_ledger
     )
     assert {(r["regime"], r["split"], r["tokens"], r["per_class"]) for r in rows} == {("smoke", "val", "256", "4")}
     text = (docs / "regimes.md").read_text()
-    assert "### Calibration" in text and "Attention entropy at init" in text
+    assert "### Calibration" in text and "Attention at init (seed 0, 256 test images; 256 tokens" in text
+    assert "| init | entropy | best-offset mass, pseudo input |" in text and "\n| kaiming | " in text
     fresh = ["--smoke", "--data", f"imagefolder:{data}", "--out", str(tmp_path / "fresh"), "--docs", str(docs)]
     capsys.readouterr()
     assert study.main(fresh) == 0  # a checkout without run directories trains nothing the ledger holds
