@@ -288,9 +288,9 @@ def csv_rows(rows: list[dict[str, Any]], regimes: dict[str, Regime]) -> list[dic
 
 
 def init_attention(inits: list[str], regime: Regime, data: str, smoke: bool) -> str:
-    """A table of what each init's attention does at init (seed 0): its entropy on 256 test images (over
+    """A table of what each init's attention does at init (seed 0) on 256 test images: its entropy (over
     log T: 1 uniform, 0 one-hot), the mass on each head's best 3x3 offset on the pseudo input and on the
-    images (layer 0 and every layer; chance is 1/T), and the mean per-head Q/K Frobenius norm."""
+    images (per layer, and their mean; chance is 1/T), and the mean per-head Q/K Frobenius norm."""
     import structinit
     from structinit.data.batches import normalised_test_images
     from structinit.fidelity import attention_entropy, fidelity
@@ -298,14 +298,14 @@ def init_attention(inits: list[str], regime: Regime, data: str, smoke: bool) -> 
 
     loaded = dataset(data)
     lines = [
-        "| init | entropy | best-offset mass, pseudo input | on images, layer 0 | on images, all layers | Q/K norm |",
+        "| init | entropy | best-offset mass, pseudo input | on images, per layer | on images, mean | Q/K norm |",
         "|---|---|---|---|---|---|",
     ]
     for init in inits:
         model, _ = model_of(regime.config(init, 0, False, data, Path("unused"), smoke), loaded)
         images = normalised_test_images(model.eval(), loaded, 256)
         pseudo, real = fidelity(model), fidelity(model, images)
-        layer0 = statistics.mean(h.fidelity for h in real.layers[0].heads)
+        layers = " ".join(f"{statistics.mean(h.fidelity for h in layer.heads):.2f}" for layer in real.layers)
         norms = [
             float(w.detach().view(layer.num_heads, layer.head_dim, -1).norm(dim=(1, 2)).mean())
             for layer in structinit.adapters.get_adapter(model).layers()
@@ -313,7 +313,7 @@ def init_attention(inits: list[str], regime: Regime, data: str, smoke: bool) -> 
         ]
         entropy = attention_entropy(model, images)
         lines.append(
-            f"| {init} | {entropy:.3f} | {pseudo.mean_fidelity:.3f} | {layer0:.3f} | {real.mean_fidelity:.3f} "
+            f"| {init} | {entropy:.3f} | {pseudo.mean_fidelity:.3f} | {layers} | {real.mean_fidelity:.3f} "
             f"| {statistics.mean(norms):.1f} |"
         )
     return "\n".join(lines) + "\n"
@@ -339,17 +339,22 @@ def write_docs(
         plot_curves(grid_rows, figures / f"regimes-{name}.png")
         figure = f"![curves of {name}](figures/regimes-{name}.png)"
         regime = regimes[name.removesuffix("-val")]
-        attention = init_attention(list(dict.fromkeys(r["init"] for r in grid_rows)), regime, data, smoke)
-        tokens = f"{regime.tokens} tokens: chance is {1 / regime.tokens:.4f}"
-        at_init = f"Attention at init (seed 0, 256 test images; {tokens}):\n\n{attention}"
-        sections.append(f"### {name}\n\n{results_markdown(grid_rows)}\n{at_init}\n{figure}\n")
+        sections.append(f"### {name}\n\n{results_markdown(grid_rows)}\n{figure}\n")
     hours = sum(r["wall_secs"] for r in rows) / 3600
     table = calibration(rows, regimes)
     parts = bundle_table(rows, *bundle) if bundle else ""
+    at_init = ""
+    if bundle:  # every init of the comparison and the ablation, run or not: what each does at init
+        regime, norm = regimes[bundle[0]], bundle[1]
+        inits = list(dict.fromkeys([*main_inits(norm), *ablation_inits(norm)]))
+        chance = f"{regime.tokens} tokens: chance is {1 / regime.tokens:.4f}"
+        table = init_attention(inits, regime, data, smoke)
+        at_init = f"### Attention at init\n\nSeed 0, on the {bundle[0]} model, 256 test images ({chance}):\n\n{table}\n"
     body = (
         f"Finished runs: {len(rows)}, {hours:.1f} h of run wall-clock.\n\n"
         + (f"### Calibration\n\nThe baselines on the validation split (seed 0 / seed 1):\n\n{table}\n" if table else "")
         + (f"### The bundle, one part at a time\n\nSeed 0, test set:\n\n{parts}\n" if parts else "")
+        + at_init
         + ("\n".join(sections) or "No finished runs yet.\n")
     )
     write_generated_section(docs / "regimes.md", body, "benchmarks/study_regimes.py")

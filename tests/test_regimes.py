@@ -58,8 +58,13 @@ def test_regime_study_smoke_calibrates_on_validation_and_resumes_from_its_ledger
     )
     assert {(r["regime"], r["split"], r["tokens"], r["per_class"]) for r in rows} == {("smoke", "val", "256", "4")}
     text = (docs / "regimes.md").read_text()
-    assert "### Calibration" in text and "Attention at init (seed 0, 256 test images; 256 tokens" in text
-    assert "| init | entropy | best-offset mass, pseudo input |" in text and "\n| kaiming | " in text
+    assert "### Calibration" in text and "### Attention at init\n\nSeed 0, on the smoke model" in text
+    norm = study.matched_norm(study.SMOKE_REGIME, f"imagefolder:{data}")
+    at_init = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in text.splitlines() if line.startswith("| ")}
+    assert {*study.main_inits(norm), *study.ablation_inits(norm)} <= set(at_init)  # run or not, each has its row
+    assert float(at_init["impulse"][1]) >= 0.97 and float(at_init["kaiming"][0]) > 0.95  # solved on the pseudo input
+    qk_alone = at_init["impulse[pos_scale=None,vproj=keep,base=timm]"]
+    assert float(at_init["kaiming"][1]) < 0.01 and float(qk_alone[3]) > 0.5
     fresh = ["--smoke", "--data", f"imagefolder:{data}", "--out", str(tmp_path / "fresh"), "--docs", str(docs)]
     capsys.readouterr()
     assert study.main(fresh) == 0  # a checkout without run directories trains nothing the ledger holds
