@@ -2,12 +2,14 @@
 write, one writer per run, no file runs code, data read one way, damaged files named in one line,
 no temporary file left behind, numbers checked before any work. Tiny runs on the digits."""
 
+import contextlib
 import dataclasses
 import errno
 import json
 import os
 import pickle
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -840,6 +842,33 @@ def test_sigterm_stops_a_parallel_grid_at_once_and_leaves_no_lock(tmp_path):
     assert len(runs) == 2  # the other two never started
     assert not list(out.glob("*/*/summary.json"))  # stopped, not trained to the end
     assert not list(out.rglob(".lock")) and not list(out.rglob("*.tmp*"))
+
+
+@pytest.mark.parametrize("whom", ["the grid's process", "its process group"])
+def test_sigterm_stops_a_parallel_grid_of_a_script_and_its_workers_exit(tmp_path, whom):
+    # a benchmark script calls run_configs itself, without the CLI's SIGTERM handler
+    out = tmp_path / "grid"
+    script = (
+        "import sys; from structinit.studies.grid import run_configs; from structinit.training import TrainConfig\n"
+        f"fast = {FAST!r}\n"
+        "configs = [TrainConfig(**fast, init=i, epochs=400, out=sys.argv[1] + '/' + i) for i in ('timm', 'kaiming')]\n"
+        "run_configs(configs, parallel=2, threads=1)\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", script, str(out)], stderr=subprocess.PIPE, start_new_session=True)
+    start = time.monotonic()
+    while process.poll() is None and len(list(out.glob("*/last.pt"))) < 2 and time.monotonic() - start < 300:
+        time.sleep(0.1)
+    if whom == "its process group":
+        os.killpg(process.pid, signal.SIGTERM)
+    else:
+        process.terminate()
+    try:
+        process.communicate(timeout=120)  # returns only when every worker, holding the pipe, has exited
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # what a failed check would leave behind
+    assert process.returncode != 0
+    assert not list(out.glob("*/summary.json")) and not list(out.rglob(".lock")) and not list(out.rglob("*.tmp*"))
 
 
 def test_a_moved_grid_is_compared_and_resumed_but_its_runs_are_not_rerun(tmp_path, capsys):

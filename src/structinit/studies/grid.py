@@ -11,6 +11,8 @@ import contextlib
 import dataclasses
 import multiprocessing
 import os
+import signal
+import threading
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
@@ -194,7 +196,7 @@ def _run_all(
         return
     context = multiprocessing.get_context("spawn")  # no forked torch thread pools
     progress = _GridProgress(todo, disable=quiet)
-    with ProcessPoolExecutor(parallel, mp_context=context) as pool:
+    with _sigterm_as_interrupt(), ProcessPoolExecutor(parallel, mp_context=context) as pool:
         futures = {pool.submit(LocalJob(threads), c): c for c in todo}
         pending = set(futures)
         try:
@@ -213,6 +215,22 @@ def _run_all(
             raise
         finally:
             progress.close()
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """While a parallel grid runs, SIGTERM is Ctrl-C in its process (unless a handler is set, as the CLI
+    sets one), so that the grid stops its workers, which clean up and exit, rather than dying and leaving
+    them idle (a benchmark script calls the grid directly)."""
+    unhandled = signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None)
+    if not unhandled or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 class _GridProgress:
