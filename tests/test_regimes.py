@@ -61,7 +61,7 @@ def test_regime_study_smoke_calibrates_on_validation_and_resumes_from_its_ledger
     assert "### Calibration" in text and "### Attention at init\n\nSeed 0, on the smoke model" in text
     norm = study.matched_norm(study.SMOKE_REGIME, f"imagefolder:{data}")
     at_init = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in text.splitlines() if line.startswith("| ")}
-    assert {*study.main_inits(norm), *study.ablation_inits(norm)} <= set(at_init)  # run or not, each has its row
+    assert {*study.main_inits(norm), *study.ablation_inits(norm), *study.SEARCH_INITS} <= set(at_init)  # run or not
     assert float(at_init["impulse"][1]) >= 0.97 and float(at_init["kaiming"][0]) > 0.95  # solved on the pseudo input
     qk_alone = at_init["impulse[pos_scale=None,vproj=keep,base=timm]"]
     assert float(at_init["kaiming"][1]) < 0.01 and float(qk_alone[3]) > 0.5
@@ -71,15 +71,17 @@ def test_regime_study_smoke_calibrates_on_validation_and_resumes_from_its_ledger
     assert "calibrate: 0 of 6 runs to train" in capsys.readouterr().out
     assert study.main([*args, "--part", "compare", "--only", "timm"]) == 0  # one init's runs, first
     assert "compare: 1 of 7 runs to train" in capsys.readouterr().out
-    for part, todo in (("compare", "6 of 7"), ("ablate", "8 of 8")):
+    for part, todo in (("compare", "6 of 7"), ("ablate", "8 of 8"), ("search", "4 of 4")):
         assert study.main([*args, "--part", part]) == 0
         assert f"{part}: {todo} runs to train" in capsys.readouterr().out
     with pytest.raises(SystemExit) as stop:
         study.main([*args, "--part", "compare", "--only", "xavier"])
     assert stop.value.code == 2 and "--only: xavier is not an init of --part compare (" in capsys.readouterr().err
     with open(docs / "regimes.csv") as f:
-        tested = {r["init"] for r in csv.DictReader(f) if r["split"] == "test"}
-    norm = study.matched_norm(study.SMOKE_REGIME, f"imagefolder:{data}")
+        rows = list(csv.DictReader(f))
+    tested = {r["init"] for r in rows if r["split"] == "test"}
+    searched = {(r["init"], r["seed"], r["split"]) for r in rows if r["init"] in study.SEARCH_INITS}
+    assert searched == {(i, "0", "val") for i in study.SEARCH_INITS}  # chosen among on the validation split
     assert tested == {*study.main_inits(norm), *study.ablation_inits(norm)}
     assert "qk-norm[norm=None,vproj=mimetic,base=kaiming]" in tested  # V/proj alone, on the authors' base
     assert "### The bundle, one part at a time" in (docs / "regimes.md").read_text()
