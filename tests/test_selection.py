@@ -111,6 +111,24 @@ def test_teachers_from_a_timm_name_safetensors_pth_and_a_run_directory_give_the_
     assert students and report.source["teacher"] == "file wrapped.pt"
 
 
+def test_a_teacher_given_in_python_is_copied_and_hashed_once_for_the_init_and_its_report(monkeypatch):
+    teacher = vit(**TEACHER)
+    hashed = []
+
+    def counting(state):
+        hashed.append(len(state))
+        return structinit.files.weights_sha256(state)
+
+    monkeypatch.setattr("structinit.inits.teacher.weights_sha256", counting)
+    for given in (teacher, teacher.state_dict()):
+        hashed.clear()
+        report = structinit.initialize(vit(**STUDENT), "select", teacher=given, seed=0)
+        assert len(hashed) == 1 and report.source["teacher_sha256"] == structinit.files.weights_sha256(
+            teacher.state_dict()
+        )
+        assert report.source["indices"].startswith("every k-th index")
+
+
 def test_a_run_directory_teacher_gives_its_trained_weights_and_its_heads(tmp_path, capsys):
     run = tmp_path / "teacher"
     kwargs = "embed_dim=32,depth=2,num_heads=4"

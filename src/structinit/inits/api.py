@@ -130,10 +130,11 @@ def _initialize(
             (adapter.reset_timm if base == "timm" else adapter.reset_kaiming)(generator)
         if isinstance(adapter, ModelAdapter) and not init.draws_embeddings:
             adapter.redraw_embeddings(generator)
-        layers = init.run(adapter, generator, kernel_size=kernel_size, options=resolved)
+        source: dict[str, str] = {}
+        sources = {"source": source} if init.records_source else {}
+        layers = init.run(adapter, generator, kernel_size=kernel_size, options=resolved, **sources)
     seconds = time.perf_counter() - start
     record = {"kernel_size": kernel_size, **resolved.to_dict()}
-    source = init.provenance(resolved) if init.provenance else {}
     return Report(method, type(model).__name__, layers, seconds, seed, record, family.measured_on, family.unit, source)
 
 

@@ -28,7 +28,7 @@ from .options import (
     SelectOptions,
     SwinImpulseOptions,
 )
-from .selection import init_select, provenance
+from .selection import init_select
 from .swin import init_swin_impulse
 
 
@@ -39,7 +39,7 @@ class InitMethod:
     run: Callable[..., list[LayerReport]]
     options: type[MethodOptions]
     draws_embeddings: bool = False  # it sets the position embedding and prefix tokens itself
-    provenance: Callable[[Any], dict[str, str]] | None = None  # what the report records of its sources
+    records_source: bool = False  # its run takes `source`, a dict it fills with what the report records of its sources
 
 
 TIMM = InitMethod(init_timm, NoOptions, draws_embeddings=True)
@@ -51,7 +51,7 @@ METHODS: dict[str, InitMethod] = {
     "mimetic": MIMETIC,
     "impulse": InitMethod(init_impulse, ImpulseOptions),
     "qk-norm": InitMethod(init_qk_norm, QKNormOptions),
-    "select": InitMethod(init_select, SelectOptions, draws_embeddings=True, provenance=provenance),
+    "select": InitMethod(init_select, SelectOptions, draws_embeddings=True, records_source=True),
 }
 
 

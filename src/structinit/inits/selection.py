@@ -39,13 +39,20 @@ def selected(tensor: torch.Tensor, shape: torch.Size, axes: dict[int, torch.Tens
 
 
 def init_select(
-    adapter: ModelAdapter, generator: torch.Generator, *, kernel_size: int, options: SelectOptions
+    adapter: ModelAdapter,
+    generator: torch.Generator,
+    *,
+    kernel_size: int,
+    options: SelectOptions,
+    source: dict[str, str],
 ) -> list[LayerReport]:
     """Copy the selected teacher weights into every tensor of the model but its classifier; then, with
-    qk=impulse, the impulse init's Q/K (and, if asked, its position scale and V/proj) on top."""
+    qk=impulse, the impulse init's Q/K (and, if asked, its position scale and V/proj) on top. `source`
+    receives what the report records: the teacher, its weights' sha256 and the index rule."""
     if options.teacher is None:
         raise ValueError("select needs a teacher: select[teacher=PATH_OR_TIMM_NAME], or --teacher")
     teacher = load_teacher(options.teacher)
+    source.update(teacher.record(), indices=INDEX_RULE)
     model = adapter.model
     axes = head_axes(adapter, teacher, options.teacher_heads) if options.rule == "heads" else {}
     targets = student_tensors(model)
@@ -60,11 +67,6 @@ def init_select(
         )
         return init_impulse(adapter, generator, kernel_size=kernel_size, options=impulse)
     return adapter.measured_layers(kernel_size)
-
-
-def provenance(options: SelectOptions) -> dict[str, str]:
-    """What a report records of a selection: the teacher, its weights' sha256 and the index rule."""
-    return {**load_teacher(options.teacher).record(), "indices": INDEX_RULE}
 
 
 def student_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
