@@ -359,8 +359,9 @@ def write_docs(
         regime, norm = regimes[bundle[0]], bundle[1]
         inits = list(dict.fromkeys([*main_inits(norm), *ablation_inits(norm), *SEARCH_INITS]))
         chance = f"{regime.tokens} tokens: chance is {1 / regime.tokens:.4f}"
-        table = init_attention(inits, regime, data, smoke)
-        at_init = f"### Attention at init\n\nSeed 0, on the {bundle[0]} model, 256 test images ({chance}):\n\n{table}\n"
+        attention = init_attention(inits, regime, data, smoke)
+        heading = f"### Attention at init\n\nSeed 0, on the {bundle[0]} model, 256 test images ({chance}):"
+        at_init = f"{heading}\n\n{attention}\n"
     body = (
         f"Finished runs: {len(rows)}, {hours:.1f} h of run wall-clock.\n\n"
         + (f"### Calibration\n\nThe baselines on the validation split (seed 0 / seed 1):\n\n{table}\n" if table else "")

@@ -59,6 +59,7 @@ def test_regime_study_smoke_calibrates_on_validation_and_resumes_from_its_ledger
     assert {(r["regime"], r["split"], r["tokens"], r["per_class"]) for r in rows} == {("smoke", "val", "256", "4")}
     text = (docs / "regimes.md").read_text()
     assert "### Calibration" in text and "### Attention at init\n\nSeed 0, on the smoke model" in text
+    assert "(seed 0 / seed 1):\n\n| regime |" in text  # the calibration's own table under its heading
     norm = study.matched_norm(study.SMOKE_REGIME, f"imagefolder:{data}")
     at_init = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in text.splitlines() if line.startswith("| ")}
     assert {*study.main_inits(norm), *study.ablation_inits(norm), *study.SEARCH_INITS} <= set(at_init)  # run or not
