@@ -55,13 +55,7 @@ def load_teacher(teacher: Any) -> Teacher:
         if not path.is_file():
             raise FileNotFoundError(f"teacher {teacher}: no such file")
         return _cached(str(path.resolve()), path.stat().st_mtime_ns)
-    return _pretrained_teacher(str(teacher))
-
-
-@functools.lru_cache(maxsize=1)
-def _pretrained_teacher(name: str) -> Teacher:
-    """timm's pretrained `name`, created once for the init and its report (a download, where not cached)."""
-    return _from_module(pretrained(name), f"timm:{name} (pretrained)")
+    return _from_module(pretrained(str(teacher)), f"timm:{teacher} (pretrained)")
 
 
 @functools.lru_cache(maxsize=1)
