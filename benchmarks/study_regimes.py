@@ -182,16 +182,22 @@ def dataset(spec: str):
 def matched_norm(regime: Regime, data: str) -> float:
     """The impulse init's mean per-head Frobenius norm of W_q and W_k on the regime's model (seed 0),
     rounded to 0.1: the norm of the control that has its scale and not its structure."""
-    import structinit
     from structinit.training.recipe import model_of
 
     config = regime.config("impulse", 0, False, data, Path("unused"), False)
     model, _ = model_of(config, dataset(data))
+    return round(statistics.mean(head_qk_norms(model)), 1)
+
+
+def head_qk_norms(model) -> list[float]:
+    """Every head's Frobenius norm of W_q and of W_k, over the model's layers."""
+    import structinit
+
     norms = []
     for layer in structinit.adapters.get_adapter(model).layers():
         for weight in layer.qk_weights():
             norms += weight.detach().view(layer.num_heads, layer.head_dim, -1).norm(dim=(1, 2)).tolist()
-    return round(sum(norms) / len(norms), 1)
+    return norms
 
 
 @dataclasses.dataclass(frozen=True)
@@ -302,7 +308,6 @@ def init_attention(inits: list[str], regime: Regime, data: str, smoke: bool) -> 
     """A table of what each init's attention does at init (seed 0) on 256 test images: its entropy (over
     log T: 1 uniform, 0 one-hot), the mass on each head's best 3x3 offset on the pseudo input and on the
     images (per layer, and their mean; chance is 1/T), and the mean per-head Q/K Frobenius norm."""
-    import structinit
     from structinit.data.batches import normalised_test_images
     from structinit.fidelity import attention_entropy, fidelity
     from structinit.training.recipe import model_of
@@ -317,15 +322,10 @@ def init_attention(inits: list[str], regime: Regime, data: str, smoke: bool) -> 
         images = normalised_test_images(model.eval(), loaded, 256)
         pseudo, real = fidelity(model), fidelity(model, images)
         layers = " ".join(f"{statistics.mean(h.fidelity for h in layer.heads):.2f}" for layer in real.layers)
-        norms = [
-            float(w.detach().view(layer.num_heads, layer.head_dim, -1).norm(dim=(1, 2)).mean())
-            for layer in structinit.adapters.get_adapter(model).layers()
-            for w in layer.qk_weights()
-        ]
         entropy = attention_entropy(model, images)
         lines.append(
             f"| {init} | {entropy:.3f} | {pseudo.mean_fidelity:.3f} | {layers} | {real.mean_fidelity:.3f} "
-            f"| {statistics.mean(norms):.1f} |"
+            f"| {statistics.mean(head_qk_norms(model)):.1f} |"
         )
     return "\n".join(lines) + "\n"
 
