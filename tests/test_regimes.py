@@ -1,12 +1,13 @@
-"""The regime study (benchmarks/study_regimes.py) and the GPU Table 5 script (benchmarks/gpu_table5.py),
-in their --smoke modes, and the calibration rule."""
+"""The regime study (benchmarks/study_regimes.py) and the GPU Table 5 script (benchmarks/gpu_table5.py) in
+their --smoke modes, the calibration rule, and the re-solve of the ICLR code's impulse (iclr_impulse.py)."""
 
 import csv
 import json
 
 import pytest
+import torch
 
-from conftest import load_benchmark, make_imagefolder
+from conftest import BENCHMARKS, load_benchmark, make_imagefolder
 
 
 def test_gpu_table5_smoke_trains_four_inits_on_shared_batches_and_writes_its_ledger(tmp_path):
@@ -118,3 +119,18 @@ def test_gpu_table5_refuses_an_unknown_init_in_one_line(tmp_path, capsys):
     assert stop.value.code == 2
     assert "--inits: unknown init 'xavier'; choose from" in capsys.readouterr().err
     assert not (tmp_path / "ledger.jsonl").exists()
+
+
+def test_iclr_impulse_solve_resets_columns_to_qs_initial_norm_and_moves_mass_onto_each_offset(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # it reads the regime from study_regimes
+    iclr = load_benchmark("iclr_impulse")
+    pseudo = iclr.pseudo_input(64, 4)
+    q0, k0, offsets = iclr.solve(pseudo, 4, 0, seed=0)
+    column = q0.norm(dim=1).mean()
+    q, k, again = iclr.solve(pseudo, 4, 101, seed=0)  # reset at step 100, then one Adam step of 1e-4
+    assert again == offsets and len(set(offsets)) == 4
+    for w in (q, k):
+        assert torch.allclose(w.norm(dim=1), column.expand_as(w.norm(dim=1)), atol=1e-3)
+    chance = 1 / 256
+    assert abs(iclr.pseudo_mass(pseudo, q0, k0, offsets) - chance) < 0.3 * chance
+    assert iclr.pseudo_mass(pseudo, *iclr.solve(pseudo, 4, 400, seed=0)[:2], offsets) > 3 * chance
