@@ -10,15 +10,15 @@ import torch
 from conftest import BENCHMARKS, load_benchmark, make_imagefolder
 
 
-def test_gpu_table5_smoke_trains_four_inits_on_shared_batches_and_writes_its_ledger(tmp_path):
+def test_gpu_table5_smoke_trains_its_inits_on_shared_batches_and_writes_its_ledger(tmp_path):
     table5 = load_benchmark("gpu_table5")
-    assert table5.main(["--smoke", "--quiet", "--out", str(tmp_path / "four")]) == 0
-    lines = [json.loads(line) for line in (tmp_path / "four" / "ledger.jsonl").read_text().splitlines()]
+    assert table5.main(["--smoke", "--quiet", "--out", str(tmp_path / "all")]) == 0
+    lines = [json.loads(line) for line in (tmp_path / "all" / "ledger.jsonl").read_text().splitlines()]
     assert [(x["init"], x["epoch"]) for x in lines] == [(i, e) for e in (1, 2) for i in table5.INITS]
     assert all(0 <= x["test_top1"] <= 100 and x["img_per_s"] > 0 for x in lines)
-    summary = json.loads((tmp_path / "four" / "summary.json").read_text())
+    summary = json.loads((tmp_path / "all" / "summary.json").read_text())
     assert set(summary["results"]) == set(table5.INITS) and summary["epochs_done"] == 2
-    assert summary["recipe"]["batch_size"] == 20 and (tmp_path / "four" / "curves.png").stat().st_size > 0
+    assert summary["recipe"]["batch_size"] == 20 and (tmp_path / "all" / "curves.png").stat().st_size > 0
     # a member's training does not depend on the others: timm alone follows the same numbers
     assert table5.main(["--smoke", "--quiet", "--inits", "timm", "--out", str(tmp_path / "one")]) == 0
     alone = [json.loads(line) for line in (tmp_path / "one" / "ledger.jsonl").read_text().splitlines()]
