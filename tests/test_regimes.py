@@ -73,7 +73,8 @@ def test_regime_study_smoke_calibrates_on_validation_and_resumes_from_its_ledger
     assert "calibrate: 0 of 6 runs to train" in capsys.readouterr().out
     assert study.main([*args, "--part", "compare", "--only", "timm"]) == 0  # one init's runs, first
     assert "compare: 1 of 7 runs to train" in capsys.readouterr().out
-    for part, todo in (("compare", "6 of 7"), ("ablate", "8 of 8"), ("search", "4 of 4")):
+    searches = len(study.SEARCH_INITS)
+    for part, todo in (("compare", "6 of 7"), ("ablate", "8 of 8"), ("search", f"{searches} of {searches}")):
         assert study.main([*args, "--part", part]) == 0
         assert f"{part}: {todo} runs to train" in capsys.readouterr().out
     with pytest.raises(SystemExit) as stop:
@@ -134,3 +135,10 @@ def test_iclr_impulse_solve_resets_columns_to_qs_initial_norm_and_moves_mass_ont
     chance = 1 / 256
     assert abs(iclr.pseudo_mass(pseudo, q0, k0, offsets) - chance) < 0.3 * chance
     assert iclr.pseudo_mass(pseudo, *iclr.solve(pseudo, 4, 400, seed=0)[:2], offsets) > 3 * chance
+
+
+def test_the_search_choice_joins_the_comparison_right_after_the_papers_form(monkeypatch):
+    study = load_benchmark("study_regimes")
+    assert "impulse[vproj=keep]" not in study.main_inits(7.0)
+    monkeypatch.setattr(study, "SEARCH_CHOICE", ["impulse[vproj=keep]"])
+    assert study.main_inits(7.0)[:3] == ["impulse", "impulse[vproj=keep]", study.MIMETIC]
