@@ -139,6 +139,6 @@ def test_iclr_impulse_solve_resets_columns_to_qs_initial_norm_and_moves_mass_ont
 
 def test_the_search_choice_joins_the_comparison_right_after_the_papers_form(monkeypatch):
     study = load_benchmark("study_regimes")
-    assert "impulse[vproj=keep]" not in study.main_inits(7.0)
+    assert study.main_inits(7.0)[1 : 1 + len(study.SEARCH_CHOICE)] == study.SEARCH_CHOICE
     monkeypatch.setattr(study, "SEARCH_CHOICE", ["impulse[vproj=keep]"])
     assert study.main_inits(7.0)[:3] == ["impulse", "impulse[vproj=keep]", study.MIMETIC]
