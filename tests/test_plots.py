@@ -81,3 +81,16 @@ def test_attention_panels_share_one_scale_and_name_offset_and_fidelity(tmp_path,
                                                       f"{reports[0][1].fidelity:.2f}"]  # fmt: skip
     assert panels[0].get_ylabel() == "layer 0\nquery token" and panels[-1].get_xlabel() == "key token"
     assert any(ax.get_ylabel() == "attention weight" for ax in fig.axes)  # the colourbar
+
+
+def test_no_two_inits_of_a_figure_share_a_colour_and_each_keeps_its_own_where_free():
+    labels = [f"impulse[target_fidelity=0.{i:02d}]" for i in range(1, 40)]
+    by_colour = {}
+    for label in labels:
+        by_colour.setdefault(plots.init_colour(label), []).append(label)
+    pair = next(sorted(same)[:2] for same in by_colour.values() if len(same) > 1)  # two labels' own colours clash
+    colours = plots.figure_colours(["timm", *pair, "timm"])
+    assert colours["timm"] == "tab:blue" and len(set(colours.values())) == 3
+    assert colours[pair[0]] == plots.init_colour(pair[0]) != colours[pair[1]]  # the first in order keeps its own
+    many = labels[: len(plots.OTHER_COLOURS)]
+    assert len(set(plots.figure_colours(many).values())) == len(many)

@@ -16,7 +16,8 @@ from matplotlib.ticker import MaxNLocator
 from .results import CELL_KEYS  # the cells of results.md: tables and figures split rows alike
 
 # one colour per init label in every figure, whatever else the grid holds; other labels (with
-# options) take a colour from their own text, so they too keep it from figure to figure
+# options) take a colour from their own text, so they too keep it from figure to figure, unless another
+# label of the same figure took it first (figure_colours)
 INIT_COLOURS = {
     "timm": "tab:blue",
     "mimetic": "tab:orange",
@@ -25,7 +26,10 @@ INIT_COLOURS = {
     "kaiming": "tab:purple",
     "default": "tab:brown",
 }
-OTHER_COLOURS = ["tab:pink", "tab:olive", "tab:cyan", "tab:gray", "gold", "navy", "teal", "maroon", "lime", "indigo"]
+OTHER_COLOURS = [
+    "tab:pink", "tab:olive", "tab:cyan", "tab:gray", "gold", "navy", "teal", "maroon", "lime", "indigo",
+    "crimson", "darkgoldenrod", "black", "deepskyblue",
+]  # fmt: skip
 
 
 def init_colour(label: str) -> str:
@@ -33,6 +37,17 @@ def init_colour(label: str) -> str:
         return INIT_COLOURS[label]
     digest = int(hashlib.sha256(label.encode()).hexdigest(), 16)
     return OTHER_COLOURS[digest % len(OTHER_COLOURS)]
+
+
+def figure_colours(labels: list[str]) -> dict[str, str]:
+    """Each label's colour in one figure: its own (init_colour), or where a label before it in sorted
+    order took that, the next free one of OTHER_COLOURS, so that no two lines of a figure share one."""
+    colours = {label: INIT_COLOURS[label] for label in labels if label in INIT_COLOURS}
+    for label in sorted(set(labels) - set(colours)):
+        start = OTHER_COLOURS.index(init_colour(label))
+        ring = OTHER_COLOURS[start:] + OTHER_COLOURS[:start]
+        colours[label] = next((c for c in ring if c not in colours.values()), ring[0])
+    return colours
 
 
 def cells(rows: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
@@ -63,9 +78,10 @@ def plot_curves(rows: list[dict[str, Any]], path: Path) -> None:
     fig, axes = plt.subplots(2, len(columns), figsize=(5 * len(columns), 6.8), squeeze=False, sharex="col")
     for column, (title, members) in enumerate(columns):
         top, bottom = axes[0][column], axes[1][column]
+        colours = figure_colours([r["init"] for r in rows])
         for init in sorted({r["init"] for r in members}):
             runs = [r for r in members if r["init"] == init]
-            colour = init_colour(init)
+            colour = colours[init]
             for ax, key in ((top, "curve"), (bottom, "loss_curve")):
                 curves = [dict(r[key]) for r in runs]  # epoch -> value
                 epochs = np.array(sorted(set.intersection(*(set(c) for c in curves))))  # epochs every run has
@@ -88,7 +104,7 @@ def plot_curves(rows: list[dict[str, Any]], path: Path) -> None:
         bottom.set_xlabel("epoch")
         for ax in (top, bottom):
             ax.grid(alpha=0.3)
-        top.legend(fontsize=8, title="mean; band: +-1 std over seeds", title_fontsize=7)
+        top.legend(fontsize=8, title="mean; band: +-1 std over seeds", title_fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -106,9 +122,10 @@ def plot_summary(rows: list[dict[str, Any]], path: Path, baseline: str = "timm")
     for column, (title, members) in enumerate(columns):
         inits = sorted({r["init"] for r in members}, key=lambda i: (i != baseline, i))
         top, bottom = axes[0][column], axes[1][column]
+        colours = figure_colours([r["init"] for r in rows])
         for x, init in enumerate(inits):
             runs = [r for r in members if r["init"] == init]
-            colour = init_colour(init)
+            colour = colours[init]
             _bar(top, x, [r["top1"] for r in runs], colour)
             reached = [r[key] for r in runs if r.get(key) is not None]
             if any(key in r for r in runs):
