@@ -377,3 +377,17 @@ def test_the_factorisations_run_on_one_torch_thread_each_side_by_side_as_many_as
     finally:
         torch.set_num_threads(before)
     assert len(seen) > 2 and set(seen) == {1}
+
+
+def test_a_label_with_options_in_brackets_is_the_method_with_those_keywords(make_vit):
+    label = "impulse[vproj=keep,base=kaiming,target_fidelity=0.5,kernel_size=5]"
+    a, b, c = make_vit(), make_vit(), make_vit()
+    report = structinit.initialize(a, label, seed=3)
+    structinit.initialize(b, "impulse", vproj="keep", base="kaiming", target_fidelity=0.5, kernel_size=5, seed=3)
+    for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
+        assert torch.equal(x, y), name
+    assert abs(report.mean_fidelity - 0.5) < 0.02
+    structinit.initialize(c, "impulse-soft[base=kaiming]", target_fidelity=0.6, seed=3)  # keywords win
+    assert abs(structinit.fidelity(c).mean_fidelity - 0.6) < 0.02
+    with pytest.raises(ValueError, match=r"init label 'impulse\[vproj=keep': options go in brackets at the end"):
+        structinit.initialize(make_vit(), "impulse[vproj=keep", seed=0)

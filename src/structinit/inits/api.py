@@ -17,7 +17,7 @@ from ..errors import first_line
 from ..offsets import check_kernel_size
 from ..report import Report
 from .convmixer import FILTER_METHODS, init_filters
-from .labels import VARIANTS
+from .labels import VARIANTS, read_label
 from .options import FilterOptions, MethodOptions
 from .registry import family_of
 from .threads import one_torch_thread
@@ -31,9 +31,10 @@ def initialize(
     Vision transformers: "timm", "kaiming", "mimetic", "impulse", "qk-norm" (the control: the impulse
     bundle without its structure); see each `init_*` function for its
     options. A named setting of a method (options.VARIANTS: "impulse-soft", the soft maps chosen at 64
-    tokens, and "impulse-authors") is taken too, keywords overriding its options. `kernel_size` (default 3)
-    is the f of the f x f kernel: the impulse offsets, and the offsets against which every method's
-    attention maps are measured in the report.
+    tokens, and "impulse-authors") is taken too, and so is a label with options in brackets as the CLI
+    takes it ("impulse[vproj=keep,base=kaiming]"); keywords override the setting's or the label's
+    options. `kernel_size` (default 3) is the f of the f x f kernel: the impulse offsets, and the
+    offsets against which every method's attention maps are measured in the report.
     Swin v1: "timm", "kaiming", "mimetic", "impulse" (through the relative-position bias,
     inits/swin.py); MLP-Mixer: "timm", "kaiming", "impulse" (the token-mixing MLP, inits/mixer.py);
     `structinit init --list-models` lists every family.
@@ -54,6 +55,10 @@ def initialize(
         seed = int(torch.randint(2**31 - 1, (1,)))
     elif isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int or None, got {seed!r}")
+    if isinstance(method, str) and "[" in method:  # a label as the CLI and the docs write it
+        spec = read_label(method)
+        method, options = spec.method, {**spec.options, **options}
+        kernel_size = spec.kernel_size if kernel_size is None else kernel_size
     method, given = _split_method(method, options)
     model = unwrap(model)
     if isinstance(model, nn.Module) and any(t.is_meta for t in (*model.parameters(), *model.buffers())):
