@@ -391,3 +391,20 @@ def test_a_label_with_options_in_brackets_is_the_method_with_those_keywords(make
     assert abs(structinit.fidelity(c).mean_fidelity - 0.6) < 0.02
     with pytest.raises(ValueError, match=r"init label 'impulse\[vproj=keep': options go in brackets at the end"):
         structinit.initialize(make_vit(), "impulse[vproj=keep", seed=0)
+
+
+def test_balanced_factors_do_not_depend_on_the_signs_lapack_returns(monkeypatch):
+    from structinit.inits import solvers
+
+    m = torch.randn(2, 12, 12, generator=torch.Generator().manual_seed(0))
+    left, right = solvers.balanced_factors(m, 4)
+    eigh = torch.linalg.eigh
+
+    def flipped(a):  # another LAPACK build: the same eigenvectors, some with the other sign
+        values, vectors = eigh(a)
+        return values, vectors * torch.tensor([1.0, -1.0] * 6)
+
+    monkeypatch.setattr(torch.linalg, "eigh", flipped)
+    again = solvers.balanced_factors(m, 4)
+    assert torch.allclose(left, again[0], atol=1e-5) and torch.allclose(right, again[1], atol=1e-5)
+    assert torch.allclose(left @ right.transpose(-1, -2), again[0] @ again[1].transpose(-1, -2), atol=1e-5)

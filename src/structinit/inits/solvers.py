@@ -194,12 +194,16 @@ def balanced_factors(m: torch.Tensor, rank: int | None = None) -> tuple[torch.Te
     """Factors L (..., D, r), R (..., D', r), float32, with L R^T the best rank-r approximation of m.
 
     L = U sqrt(S), R = V sqrt(S) as from the SVD, computed from the eigendecomposition of m m^T
-    (about twice as fast as an SVD on a CPU); R = m^T U / sqrt(S) keeps L R^T = U U^T m exact.
+    (about twice as fast as an SVD on a CPU); R = m^T U / sqrt(S) keeps L R^T = U U^T m exact. Each
+    U column's sign is fixed (its largest entry positive): LAPACK builds differ in the signs they
+    return, and the weights must not.
     """
     rank = rank or m.shape[-2]
     m = m.float()  # float32 halves the time; the factors are weights, stored in float32 anyway
     evals, evecs = torch.linalg.eigh(m @ m.transpose(-1, -2))
     evals, evecs = evals.flip(-1)[..., :rank], evecs.flip(-1)[..., :rank]
+    largest = evecs.gather(-2, evecs.abs().argmax(-2, keepdim=True))
+    evecs = evecs * largest.sign()
     root = evals.clamp_min(evals[..., :1] * 1e-12).sqrt().sqrt()  # S^(1/2)
     left = evecs * root.unsqueeze(-2)
     right = (m.transpose(-1, -2) @ evecs) / root.unsqueeze(-2)
