@@ -104,7 +104,7 @@ def plot_curves(rows: list[dict[str, Any]], path: Path) -> None:
         bottom.set_xlabel("epoch")
         for ax in (top, bottom):
             ax.grid(alpha=0.3)
-        top.legend(fontsize=8, title="mean; band: +-1 std over seeds", title_fontsize=7, loc="lower right")
+        bottom.legend(fontsize=8, title="mean; band: +-1 std over seeds", title_fontsize=7, loc="upper right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
