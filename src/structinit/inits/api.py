@@ -55,11 +55,7 @@ def initialize(
         seed = int(torch.randint(2**31 - 1, (1,)))
     elif isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int or None, got {seed!r}")
-    if isinstance(method, str) and "[" in method:  # a label as the CLI and the docs write it
-        spec = read_label(method)
-        method, options = spec.method, {**spec.options, **options}
-        kernel_size = spec.kernel_size if kernel_size is None else kernel_size
-    method, given = _split_method(method, options)
+    method, given, kernel_size = _split_method(method, options, kernel_size)
     model = unwrap(model)
     if isinstance(model, nn.Module) and any(t.is_meta for t in (*model.parameters(), *model.buffers())):
         raise ValueError(
@@ -143,20 +139,24 @@ def _initialize(
     return Report(method, type(model).__name__, layers, seconds, seed, record, family.measured_on, family.unit, source)
 
 
-def _split_method(method: str | MethodOptions, options: dict[str, Any]) -> tuple[str, dict | MethodOptions]:
-    """`initialize`'s method and options: a name and keywords, or an options instance (its method implied)."""
+def _split_method(
+    method: str | MethodOptions, options: dict[str, Any], kernel_size: int | None
+) -> tuple[str, dict | MethodOptions, int | None]:
+    """`initialize`'s method, options and kernel size: a name or a label and keywords, or an options
+    instance (its method implied)."""
     if isinstance(method, MethodOptions):
         if method.method is None:
             name = type(method).__name__
             raise TypeError(f"{name} serves several methods: give the method's name, and the options as keywords")
         if options:
             raise TypeError("give the options either as an options object or as keywords, not both")
-        return method.method, method
+        return method.method, method, kernel_size
     if not isinstance(method, str):
         raise TypeError(f"method must be a name such as 'impulse' or an options object, got {method!r}")
-    if method in VARIANTS:  # a named setting of a method, e.g. impulse-soft; keywords override it
-        return VARIANTS[method][0], {**VARIANTS[method][1], **options}
-    return method, options
+    if method in VARIANTS or "[" in method:  # a named setting (impulse-soft) or a label; keywords override it
+        spec = read_label(method)
+        return spec.method, {**spec.options, **options}, spec.kernel_size if kernel_size is None else kernel_size
+    return method, options, kernel_size
 
 
 def _resolve(cls: type[MethodOptions], method: str, given: dict | MethodOptions) -> MethodOptions:
