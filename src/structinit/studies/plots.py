@@ -76,9 +76,9 @@ def plot_curves(rows: list[dict[str, Any]], path: Path) -> None:
     seeds, in the init's own colour; the band is +-1 standard deviation over the seeds."""
     columns = cells(rows)
     fig, axes = plt.subplots(2, len(columns), figsize=(5 * len(columns), 6.8), squeeze=False, sharex="col")
+    colours = figure_colours([r["init"] for r in rows])
     for column, (title, members) in enumerate(columns):
         top, bottom = axes[0][column], axes[1][column]
-        colours = figure_colours([r["init"] for r in rows])
         for init in sorted({r["init"] for r in members}):
             runs = [r for r in members if r["init"] == init]
             colour = colours[init]
@@ -119,10 +119,10 @@ def plot_summary(rows: list[dict[str, Any]], path: Path, baseline: str = "timm")
     fig, axes = plt.subplots(
         2, len(columns), figsize=(max(4.5, 1.1 * _widest(columns)) * len(columns), 7), squeeze=False
     )
+    colours = figure_colours([r["init"] for r in rows])
     for column, (title, members) in enumerate(columns):
         inits = sorted({r["init"] for r in members}, key=lambda i: (i != baseline, i))
         top, bottom = axes[0][column], axes[1][column]
-        colours = figure_colours([r["init"] for r in rows])
         for x, init in enumerate(inits):
             runs = [r for r in members if r["init"] == init]
             colour = colours[init]
