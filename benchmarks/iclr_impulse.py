@@ -25,6 +25,8 @@ from pathlib import Path
 
 import torch
 
+from structinit.adapters import get_adapter
+from structinit.inits.weights import write_heads
 from structinit.models import create_model
 from structinit.offsets import assign_offsets, impulse_maps, offset_mass
 from structinit.training.provenance import device_name
@@ -65,19 +67,21 @@ def solve(pseudo: torch.Tensor, heads: int, steps: int, seed: int) -> tuple[torc
             with torch.no_grad():
                 q.mul_(column_norm / q.norm(dim=1, keepdim=True))
                 k.mul_(column_norm / k.norm(dim=1, keepdim=True))
-        maps = torch.softmax(dim**-0.5 * pseudo @ q @ k @ pseudo.T, dim=-1)
-        loss = torch.nn.functional.mse_loss(maps, target)
+        loss = torch.nn.functional.mse_loss(attention_maps(pseudo, q, k), target)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
     return q.detach(), k.detach(), offsets
 
 
+def attention_maps(pseudo: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """(heads, T, T): softmax(d^-1/2 · P Q K P^T), the maps that code solves for."""
+    return torch.softmax(q.shape[-1] ** -0.5 * pseudo @ q @ k @ pseudo.T, dim=-1)
+
+
 def pseudo_mass(pseudo: torch.Tensor, q: torch.Tensor, k: torch.Tensor, offsets: list) -> float:
-    dim = q.shape[-1]
-    maps = torch.softmax(dim**-0.5 * pseudo @ q @ k @ pseudo.T, dim=-1)
     grid = (math.isqrt(pseudo.shape[0]),) * 2
-    return float(offset_mass(maps.unsqueeze(0), offsets, grid, 0).mean())
+    return float(offset_mass(attention_maps(pseudo, q, k).unsqueeze(0), offsets, grid, 0).mean())
 
 
 def in_the_regime(q: torch.Tensor, k: torch.Tensor, data: str) -> str:
@@ -89,12 +93,10 @@ def in_the_regime(q: torch.Tensor, k: torch.Tensor, data: str) -> str:
     regime = REGIMES[CALIBRATED]
     loaded = dataset(data)
     model, _ = model_of(regime.config("kaiming", 0, False, data, Path("unused"), False), loaded)
-    heads, width, dim = q.shape
     with torch.no_grad():
-        for block in model.blocks:
-            for h in range(heads):
-                block.attn.qkv.weight[h * dim : (h + 1) * dim] = q[h].T
-                block.attn.qkv.weight[width + h * dim : width + (h + 1) * dim] = k[h]
+        for layer in get_adapter(model).layers():  # the same solve in every layer, as that code does
+            wq, wk = layer.qk_weights()
+            write_heads(wq, q), write_heads(wk, k.transpose(-1, -2))
     images = normalised_test_images(model.eval(), loaded, 256)
     pseudo, real = fidelity(model), fidelity(model, images)
     layers = " ".join(f"{statistics.mean(h.fidelity for h in layer.heads):.2f}" for layer in real.layers)
