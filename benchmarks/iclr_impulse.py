@@ -11,7 +11,7 @@ measures the result as docs/regimes.md's "Attention at init" table does: the mas
 offset on the pseudo input (chance 1/T), on 256 CIFAR-10 test images in the regime's model, built on
 PyTorch's base (`kaiming`) as that code leaves it, and the per-head Q/K norm.
 
-    .venv/bin/python benchmarks/iclr_impulse.py              # ~15 min on 2 cores
+    .venv/bin/python benchmarks/iclr_impulse.py              # ~25 min on 2 Xeon cores beside two trainings
     .venv/bin/python benchmarks/iclr_impulse.py --steps 200  # the pipeline, in a minute
 """
 
