@@ -31,6 +31,8 @@ import argparse
 import csv
 import dataclasses
 import functools
+import hashlib
+import json
 import statistics
 import sys
 import time
@@ -44,6 +46,7 @@ from structinit.training import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 LEDGER = "regimes-runs.jsonl"
+ATTENTION_CACHE = "regimes-attention.json"  # the attention-at-init table's measurements, by weights
 
 
 @dataclasses.dataclass(frozen=True)
@@ -315,30 +318,52 @@ def csv_rows(rows: list[dict[str, Any]], regimes: dict[str, Regime]) -> list[dic
     return out
 
 
-def init_attention(inits: list[str], regime: Regime, data: str, smoke: bool) -> str:
+def init_attention(inits: list[str], regime: Regime, data: str, smoke: bool, cache: Path) -> str:
     """A table of what each init's attention does at init (seed 0) on 256 test images: its entropy (over
     log T: 1 uniform, 0 one-hot), the mass on each head's best 3x3 offset on the pseudo input and on the
-    images (per layer, and their mean; chance is 1/T), and the mean per-head Q/K Frobenius norm."""
+    images (per layer, and their mean; chance is 1/T), and the mean per-head Q/K Frobenius norm.
+
+    The measurements are kept in `cache` (JSON) under the digest of the initialised weights and the data
+    spec: an init is measured again only when its weights change (the measurement code is assumed fixed:
+    delete the file after changing it)."""
     from structinit.data.batches import normalised_test_images
-    from structinit.fidelity import attention_entropy, fidelity
+    from structinit.files import weights_sha256
     from structinit.training.recipe import model_of
 
     loaded = dataset(data)
+    known = json.loads(cache.read_text()) if cache.exists() else {}
+    kept = {}
     lines = [
         "| init | entropy | best-offset mass, pseudo input | on images, per layer | on images, mean | Q/K norm |",
         "|---|---|---|---|---|---|",
     ]
     for init in inits:
         model, _ = model_of(regime.config(init, 0, False, data, Path("unused"), smoke), loaded)
-        images = normalised_test_images(model.eval(), loaded, 256)
-        pseudo, real = fidelity(model), fidelity(model, images)
-        layers = " ".join(f"{statistics.mean(h.fidelity for h in layer.heads):.2f}" for layer in real.layers)
-        entropy = attention_entropy(model, images)
+        model.eval()
+        key = hashlib.sha256(f"{weights_sha256(model.state_dict())} {data}".encode()).hexdigest()
+        if key not in known:
+            known[key] = attention_at_init(model, normalised_test_images(model, loaded, 256))
+        kept[key] = m = known[key]
+        layers = " ".join(f"{x:.2f}" for x in m["images_per_layer"])
         lines.append(
-            f"| {init} | {entropy:.3f} | {pseudo.mean_fidelity:.3f} | {layers} | {real.mean_fidelity:.3f} "
-            f"| {statistics.mean(head_qk_norms(model)):.1f} |"
+            f"| {init} | {m['entropy']:.3f} | {m['pseudo']:.3f} | {layers} | {m['images']:.3f} | {m['qk_norm']:.1f} |"
         )
+    cache.write_text(json.dumps(kept, indent=1, sort_keys=True) + "\n")  # only this table's: no stale entries
     return "\n".join(lines) + "\n"
+
+
+def attention_at_init(model, images) -> dict[str, Any]:
+    """One row of the attention-at-init table, unrounded (what the cache keeps)."""
+    from structinit.fidelity import attention_entropy, fidelity
+
+    real = fidelity(model, images)
+    return {
+        "entropy": attention_entropy(model, images),
+        "pseudo": fidelity(model).mean_fidelity,
+        "images_per_layer": [statistics.mean(h.fidelity for h in layer.heads) for layer in real.layers],
+        "images": real.mean_fidelity,
+        "qk_norm": statistics.mean(head_qk_norms(model)),
+    }
 
 
 def write_docs(
@@ -370,7 +395,7 @@ def write_docs(
         regime, norm = regimes[bundle[0]], bundle[1]
         inits = list(dict.fromkeys([*main_inits(norm), *ablation_inits(norm), *SEARCH_INITS]))
         chance = f"{regime.tokens} tokens: chance is {1 / regime.tokens:.4f}"
-        attention = init_attention(inits, regime, data, smoke)
+        attention = init_attention(inits, regime, data, smoke, docs / ATTENTION_CACHE)
         heading = f"### Attention at init\n\nSeed 0, on the {bundle[0]} model, 256 test images ({chance}):"
         at_init = f"{heading}\n\n{attention}\n"
     body = (

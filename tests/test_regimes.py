@@ -147,3 +147,21 @@ def test_the_search_choice_joins_the_comparison_right_after_the_papers_form(monk
     assert study.main_inits(7.0)[1 : 1 + len(study.SEARCH_CHOICE)] == study.SEARCH_CHOICE
     monkeypatch.setattr(study, "SEARCH_CHOICE", ["impulse[vproj=keep]"])
     assert study.main_inits(7.0)[:3] == ["impulse", "impulse[vproj=keep]", study.MIMETIC]
+
+
+def test_attention_table_measures_an_init_again_only_when_its_weights_change(tmp_path, monkeypatch):
+    study = load_benchmark("study_regimes")
+    data = f"imagefolder:{make_imagefolder(tmp_path / 'images', 32, per_class=2, classes=['a', 'b'])}"
+    cache, measured = tmp_path / "attention.json", []
+    measure = study.attention_at_init
+    monkeypatch.setattr(study, "attention_at_init", lambda *a: measured.append(1) or measure(*a))
+    table = study.init_attention(["timm", "impulse"], study.SMOKE_REGIME, data, True, cache)
+    assert len(measured) == 2 and len(json.loads(cache.read_text())) == 2
+    assert study.init_attention(["impulse", "timm"], study.SMOKE_REGIME, data, True, cache).splitlines()[2:] == [
+        table.splitlines()[3],
+        table.splitlines()[2],
+    ]
+    assert len(measured) == 2  # both read from the cache, rows unchanged
+    study.init_attention(["impulse[target_fidelity=0.5]"], study.SMOKE_REGIME, data, True, cache)
+    assert len(measured) == 3  # other weights: measured; the cache keeps this table's entries only
+    assert len(json.loads(cache.read_text())) == 1
