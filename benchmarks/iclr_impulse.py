@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
 import sys
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from structinit.inits.weights import write_heads
 from structinit.models import create_model
 from structinit.offsets import assign_offsets, impulse_maps, offset_mass
 from structinit.training.provenance import device_name
-from study_regimes import CALIBRATED, REGIMES, dataset, head_qk_norms
+from study_regimes import ATTENTION_HEADER, CALIBRATED, REGIMES, attention_at_init, attention_row, dataset
 
 # (label, width, heads): the CPU regime's model, the paper's Table 5 model, the ICLR version's ViT-T
 MODELS = [
@@ -87,7 +86,6 @@ def pseudo_mass(pseudo: torch.Tensor, q: torch.Tensor, k: torch.Tensor, offsets:
 def in_the_regime(q: torch.Tensor, k: torch.Tensor, data: str) -> str:
     """The regime's model on PyTorch's base with this Q/K in every layer, measured on 256 test images."""
     from structinit.data.batches import normalised_test_images
-    from structinit.fidelity import attention_entropy, fidelity
     from structinit.training.recipe import model_of
 
     regime = REGIMES[CALIBRATED]
@@ -97,14 +95,9 @@ def in_the_regime(q: torch.Tensor, k: torch.Tensor, data: str) -> str:
         for layer in get_adapter(model).layers():  # the same solve in every layer, as that code does
             wq, wk = layer.qk_weights()
             write_heads(wq, q), write_heads(wk, k.transpose(-1, -2))
-    images = normalised_test_images(model.eval(), loaded, 256)
-    pseudo, real = fidelity(model), fidelity(model, images)
-    layers = " ".join(f"{statistics.mean(h.fidelity for h in layer.heads):.2f}" for layer in real.layers)
-    norm = statistics.mean(head_qk_norms(model))
-    return (
-        f"| the ICLR code's impulse, on PyTorch's base | {attention_entropy(model, images):.3f} "
-        f"| {pseudo.mean_fidelity:.3f} | {layers} | {real.mean_fidelity:.3f} | {norm:.1f} |"
-    )
+    model.eval()
+    measured = attention_at_init(model, normalised_test_images(model, loaded, 256))
+    return attention_row("the ICLR code's impulse, on PyTorch's base", measured)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,8 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     print("\nIn the regime's model, as docs/regimes.md's \"Attention at init\" table:\n")
-    print("| init | entropy | best-offset mass, pseudo input | on images, per layer | on images, mean | Q/K norm |")
-    print("|---|---|---|---|---|---|")
+    print("\n".join(ATTENTION_HEADER))
     print(in_the_regime(*solved, args.data))
     return 0
 

@@ -333,23 +333,29 @@ def init_attention(inits: list[str], regime: Regime, data: str, smoke: bool, cac
     loaded = dataset(data)
     known = json.loads(cache.read_text()) if cache.exists() else {}
     kept = {}
-    lines = [
-        "| init | entropy | best-offset mass, pseudo input | on images, per layer | on images, mean | Q/K norm |",
-        "|---|---|---|---|---|---|",
-    ]
+    lines = list(ATTENTION_HEADER)
     for init in inits:
         model, _ = model_of(regime.config(init, 0, False, data, Path("unused"), smoke), loaded)
         model.eval()
         key = hashlib.sha256(f"{weights_sha256(model.state_dict())} {data}".encode()).hexdigest()
         if key not in known:
             known[key] = attention_at_init(model, normalised_test_images(model, loaded, 256))
-        kept[key] = m = known[key]
-        layers = " ".join(f"{x:.2f}" for x in m["images_per_layer"])
-        lines.append(
-            f"| {init} | {m['entropy']:.3f} | {m['pseudo']:.3f} | {layers} | {m['images']:.3f} | {m['qk_norm']:.1f} |"
-        )
+        kept[key] = known[key]
+        lines.append(attention_row(init, known[key]))
     cache.write_text(json.dumps(kept, indent=1, sort_keys=True) + "\n")  # only this table's: no stale entries
     return "\n".join(lines) + "\n"
+
+
+ATTENTION_HEADER = (
+    "| init | entropy | best-offset mass, pseudo input | on images, per layer | on images, mean | Q/K norm |",
+    "|---|---|---|---|---|---|",
+)
+
+
+def attention_row(init: str, m: dict[str, Any]) -> str:
+    """A row of the attention-at-init table from attention_at_init's measurements, rounded."""
+    layers = " ".join(f"{x:.2f}" for x in m["images_per_layer"])
+    return f"| {init} | {m['entropy']:.3f} | {m['pseudo']:.3f} | {layers} | {m['images']:.3f} | {m['qk_norm']:.1f} |"
 
 
 def attention_at_init(model, images) -> dict[str, Any]:
