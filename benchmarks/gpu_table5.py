@@ -27,6 +27,7 @@ settings and seed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -118,7 +119,7 @@ class Clock:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    settings = SMOKE if args.smoke else {**RECIPE, "epochs": args.epochs}
+    settings = SMOKE if args.smoke else {**RECIPE, "epochs": args.epochs, "eval_every": args.eval_every}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     device = resolve_device(args.device, 0)
@@ -141,7 +142,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     ledger.write_text("")
     generator = torch.Generator().manual_seed(args.seed)
     started = time.perf_counter()
-    for epoch in range(recipe.epochs):
+    epoch = 0
+    while epoch < recipe.epochs:
         order = torch.randperm(len(labels), generator=generator)[: steps * recipe.batch_size].view(steps, -1)
         losses = {m.init: torch.zeros((), device=device) for m in members}
         clocks = {m.init: Clock(device) for m in members}
@@ -154,6 +156,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 with clocks[m.init]:
                     losses[m.init] += m.step(x, y, amp, recipe.clip_grad, epoch * steps + i + 1)
         seconds = {init: clock.seconds() for init, clock in clocks.items()}
+        if epoch == 0 and args.minutes:
+            recipe = fit_epochs(recipe, members, args.minutes * 60, time.perf_counter() - started, steps)
         due = (epoch + 1) % recipe.eval_every == 0 or epoch + 1 == recipe.epochs
         with open(ledger, "a") as f:
             for m in members:
@@ -178,7 +182,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if not args.quiet:
                 done = f"epoch {epoch + 1}, {time.perf_counter() - started:.0f} s: "
                 print(done + ", ".join(f"{m.init} {m.curve[-1][1]:.2f}" for m in members), flush=True)
+        epoch += 1
     return summary
+
+
+def fit_epochs(recipe: TrainConfig, members: list[Member], budget_s: float, first_epoch_s: float, steps: int):
+    """As many epochs as fit the budget at the first epoch's pace (5 % kept for evaluation), the cosine
+    schedules stretched to match: their warm-up does not depend on the total, so the first epoch is as it
+    would have been had the total been known from the start."""
+    epochs = max(1, int(budget_s / (first_epoch_s * 1.05)))
+    print(f"first epoch {first_epoch_s:.1f} s: {epochs} epochs fit {budget_s / 60:.1f} minutes", flush=True)
+    recipe = dataclasses.replace(recipe, epochs=epochs)
+    for m in members:
+        m.scheduler = create_schedule(m.optimizer, recipe, steps)
+    return recipe
 
 
 def write_summary(members, recipe: TrainConfig, data, device, amp, out: Path, seconds: float) -> dict[str, Any]:
@@ -223,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", help="structinit --data spec (default: ../shared's CIFAR-10; digits with --smoke)")
     parser.add_argument("--out", default="runs/table5")
     parser.add_argument("--epochs", type=int, default=RECIPE["epochs"], help="the same for every init")
+    parser.add_argument("--minutes", type=float, help="train as many epochs as fit (set after the first; overrides --epochs)")
+    parser.add_argument("--eval-every", type=int, default=RECIPE["eval_every"], help="epochs between test evaluations")
     parser.add_argument("--inits", default=",".join(INITS), help="comma-separated init labels")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="auto")
@@ -233,8 +252,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.inits = split_top_level(args.inits)
     args.data = args.data or ("digits" if args.smoke else "cifar10:../shared/datasets/cifar10")
-    if args.epochs < 1:
-        parser.error("--epochs must be >= 1")
+    if args.epochs < 1 or args.eval_every < 1:
+        parser.error("--epochs and --eval-every must be >= 1")
+    if args.minutes is not None and args.minutes <= 0:
+        parser.error("--minutes must be > 0")
     for label in args.inits:
         try:
             InitSpec.parse(label)
