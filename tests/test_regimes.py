@@ -3,6 +3,7 @@ their --smoke modes, the calibration rule, and the re-solve of the ICLR code's i
 
 import csv
 import json
+import types
 
 import pytest
 import torch
@@ -125,6 +126,23 @@ def test_gpu_table5_refuses_an_unknown_init_in_one_line(tmp_path, capsys):
     assert stop.value.code == 2
     assert "--inits: unknown init 'xavier'; choose from" in capsys.readouterr().err
     assert not (tmp_path / "ledger.jsonl").exists()
+
+
+def test_gpu_table5_minutes_fits_the_epochs_to_the_budget_and_stretches_the_schedules_past_warm_up():
+    table5 = load_benchmark("gpu_table5")
+    from structinit.training import TrainConfig
+    from structinit.training.recipe import create_optimizer, create_schedule
+
+    config = TrainConfig(**table5.RECIPE, data="digits", model="vit_w256_d8_p2_gap_sincos", init="timm")
+    member = types.SimpleNamespace(optimizer=create_optimizer(torch.nn.Linear(2, 2), config, torch.device("cpu")))
+    member.scheduler = create_schedule(member.optimizer, config, 10)
+    warm_up = [member.scheduler._get_lr(t)[0] for t in range(0, 50, 7)]
+    fitted = table5.fit_epochs(config, [member], budget_s=600, first_epoch_s=20, steps=10)
+    assert fitted.epochs == 28 and fitted.lr == config.lr  # 600 / (20 x 1.05) = 28.6
+    assert [member.scheduler._get_lr(t)[0] for t in range(0, 50, 7)] == warm_up  # 5 warm-up epochs: 50 steps
+    assert member.scheduler._get_lr(280)[0] == pytest.approx(config.min_lr)  # the cosine ends at the new total
+    assert member.scheduler._get_lr(140)[0] == pytest.approx((config.lr + config.min_lr) / 2, rel=0.02)
+    assert table5.fit_epochs(config, [member], budget_s=5, first_epoch_s=20, steps=10).epochs == 1
 
 
 def test_iclr_impulse_solve_resets_columns_to_qs_initial_norm_and_moves_mass_onto_each_offset(monkeypatch):
