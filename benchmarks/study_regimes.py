@@ -166,9 +166,38 @@ def ablation_inits(control_norm: float) -> list[str]:
     return [on_base(label, base) for base in BASES for label in bundle_parts(control_norm).values()]
 
 
-def bundle_table(rows: list[dict[str, Any]], grid: str, control_norm: float) -> str:
+def repeats_its_base(regime: Regime, data: str, labels: tuple[str, ...]) -> frozenset[str]:
+    """The labels (each `on_base`) that initialise the regime's model (seed 0) bit for bit as their base's
+    plain init does: their run would repeat the base's, so it is not trained (the position-embedding
+    scale on a fixed sin-cos table). Once per process: each label builds the model."""
+    import torch
+
+    from structinit.training.recipe import model_of
+
+    def weights(label: str) -> dict[str, Any]:
+        config = regime.config(label, 0, False, data, Path("unused"), False)
+        return model_of(config, dataset(data))[0].state_dict()
+
+    key = (repr(regime), data, labels)
+    if key in _REPEATS:
+        return _REPEATS[key]
+    plain = {base: weights(init) for base, init in BASES.items()}
+    same = set()
+    for label in labels:
+        reference, ours = plain[label.rsplit("base=", 1)[1][:-1]], weights(label)
+        if all(torch.equal(ours[k], reference[k]) for k in reference):
+            same.add(label)
+    _REPEATS[key] = frozenset(same)
+    return _REPEATS[key]
+
+
+_REPEATS: dict[tuple, frozenset[str]] = {}  # repeats_its_base's answers, by regime, data and labels
+
+
+def bundle_table(rows: list[dict[str, Any]], grid: str, control_norm: float, repeats: set[str] = frozenset()) -> str:
     """Which part of the bundle carries the gain: each part alone minus its base's plain init, seed 0 of
-    the test grid (empty until a part has run)."""
+    the test grid (empty until a part has run); a part in `repeats` (its init is its base's) reads the
+    base's run, marked."""
     top1 = {r["init"]: r["top1"] for r in rows if r["grid"] == grid and r["seed"] == 0}
     lines = [
         "| part alone | on timm's base | minus timm | on PyTorch's (kaiming) | minus kaiming |",
@@ -178,6 +207,11 @@ def bundle_table(rows: list[dict[str, Any]], grid: str, control_norm: float) -> 
         cells = []
         for base, plain in BASES.items():
             ours, theirs = top1.get(on_base(label, base)), top1.get(plain)
+            if on_base(label, base) in repeats:
+                ours = theirs
+                cells.append("-" if ours is None else f"{ours:.2f} (its base's init: its run)")
+                cells.append("-" if ours is None else "+0.00")
+                continue
             cells.append("-" if ours is None else f"{ours:.2f}")
             cells.append("-" if ours is None or theirs is None else f"{ours - theirs:+.2f}")
         if any(c != "-" for c in cells):
@@ -499,9 +533,11 @@ def main(argv: list[str] | None = None) -> int:
     if chosen is not None:
         norm = matched_norm(regimes[chosen], args.data)
         comparison = [Grid(chosen, main_inits(norm), SEEDS[:1] if args.smoke else SEEDS, val=False)]
-        ablations = [Grid(chosen, ablation_inits(norm), [0], val=False)]
+        parts = ablation_inits(norm)
+        repeats = repeats_its_base(regimes[chosen], args.data, tuple(parts))
+        ablations = [Grid(chosen, [init for init in parts if init not in repeats], [0], val=False)]
         search = [Grid(chosen, SEARCH_INITS, [0], val=True)]
-        bundle = (chosen, norm)
+        bundle = (chosen, norm, repeats)
     elif args.part in ("compare", "ablate", "search"):
         parser.error("no regime is calibrated yet (CALIBRATED is None): run --part calibrate, then set it")
     grids = {"calibrate": calibrating, "compare": comparison, "ablate": ablations, "search": search, "docs": []}[
