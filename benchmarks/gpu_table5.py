@@ -1,6 +1,6 @@
 """The paper's Table 5 cell on one GPU: five inits trained at once on the same batches.
 
-    python benchmarks/gpu_table5.py --data cifar10:/tmp/cifar10 --out runs/table5      # an H200: ~19 min
+    python benchmarks/gpu_table5.py --data cifar10:/tmp/cifar10 --out runs/table5      # an H200: ~19 min (extrapolated)
     python benchmarks/gpu_table5.py --data cifar10:/tmp/cifar10 --minutes 10 ...       # what fits 10 minutes
     python benchmarks/gpu_table5.py --smoke --out /tmp/table5                          # any CPU: the pipeline
 

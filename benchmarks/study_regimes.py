@@ -36,6 +36,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
@@ -166,10 +167,10 @@ def ablation_inits(control_norm: float) -> list[str]:
     return [on_base(label, base) for base in BASES for label in bundle_parts(control_norm).values()]
 
 
-def repeats_its_base(regime: Regime, data: str, labels: tuple[str, ...]) -> frozenset[str]:
-    """The labels (each `on_base`) that initialise the regime's model (seed 0) bit for bit as their base's
-    plain init does: their run would repeat the base's, so it is not trained (the position-embedding
-    scale on a fixed sin-cos table). Once per process: each label builds the model."""
+def repeats_its_base(regime: Regime, data: str, control_norm: float) -> frozenset[str]:
+    """The ablation labels that initialise the regime's model (seed 0) bit for bit as their base's plain
+    init does: their run would repeat the base's, so it is not trained (the position-embedding scale on
+    a fixed sin-cos table). Once per process: each label builds the model."""
     import torch
 
     from structinit.training.recipe import model_of
@@ -178,23 +179,25 @@ def repeats_its_base(regime: Regime, data: str, labels: tuple[str, ...]) -> froz
         config = regime.config(label, 0, False, data, Path("unused"), False)
         return model_of(config, dataset(data))[0].state_dict()
 
-    key = (repr(regime), data, labels)
-    if key in _REPEATS:
-        return _REPEATS[key]
-    plain = {base: weights(init) for base, init in BASES.items()}
-    same = set()
-    for label in labels:
-        reference, ours = plain[label.rsplit("base=", 1)[1][:-1]], weights(label)
-        if all(torch.equal(ours[k], reference[k]) for k in reference):
-            same.add(label)
-    _REPEATS[key] = frozenset(same)
+    key = (repr(regime), data, control_norm)
+    if key not in _REPEATS:
+        same = set()
+        for base, plain in BASES.items():
+            reference = weights(plain)
+            for label in bundle_parts(control_norm).values():
+                ours = weights(on_base(label, base))
+                if all(torch.equal(ours[k], reference[k]) for k in reference):
+                    same.add(on_base(label, base))
+        _REPEATS[key] = frozenset(same)
     return _REPEATS[key]
 
 
-_REPEATS: dict[tuple, frozenset[str]] = {}  # repeats_its_base's answers, by regime, data and labels
+_REPEATS: dict[tuple, frozenset[str]] = {}  # repeats_its_base's answers, by regime, data and control norm
 
 
-def bundle_table(rows: list[dict[str, Any]], grid: str, control_norm: float, repeats: set[str] = frozenset()) -> str:
+def bundle_table(
+    rows: list[dict[str, Any]], grid: str, control_norm: float, repeats: AbstractSet[str] = frozenset()
+) -> str:
     """Which part of the bundle carries the gain: each part alone minus its base's plain init, seed 0 of
     the test grid (empty until a part has run); a part in `repeats` (its init is its base's) reads the
     base's run, marked."""
@@ -206,13 +209,9 @@ def bundle_table(rows: list[dict[str, Any]], grid: str, control_norm: float, rep
     for part, label in bundle_parts(control_norm).items():
         cells = []
         for base, plain in BASES.items():
-            ours, theirs = top1.get(on_base(label, base)), top1.get(plain)
-            if on_base(label, base) in repeats:
-                ours = theirs
-                cells.append("-" if ours is None else f"{ours:.2f} (its base's init: its run)")
-                cells.append("-" if ours is None else "+0.00")
-                continue
-            cells.append("-" if ours is None else f"{ours:.2f}")
+            theirs, repeat = top1.get(plain), on_base(label, base) in repeats
+            ours = theirs if repeat else top1.get(on_base(label, base))
+            cells.append("-" if ours is None else f"{ours:.2f}" + (" (its base's init: its run)" if repeat else ""))
             cells.append("-" if ours is None or theirs is None else f"{ours - theirs:+.2f}")
         if any(c != "-" for c in cells):
             lines.append(f"| {part} | {' | '.join(cells)} |")
@@ -533,9 +532,8 @@ def main(argv: list[str] | None = None) -> int:
     if chosen is not None:
         norm = matched_norm(regimes[chosen], args.data)
         comparison = [Grid(chosen, main_inits(norm), SEEDS[:1] if args.smoke else SEEDS, val=False)]
-        parts = ablation_inits(norm)
-        repeats = repeats_its_base(regimes[chosen], args.data, tuple(parts))
-        ablations = [Grid(chosen, [init for init in parts if init not in repeats], [0], val=False)]
+        repeats = repeats_its_base(regimes[chosen], args.data, norm)
+        ablations = [Grid(chosen, [init for init in ablation_inits(norm) if init not in repeats], [0], val=False)]
         search = [Grid(chosen, SEARCH_INITS, [0], val=True)]
         bundle = (chosen, norm, repeats)
     elif args.part in ("compare", "ablate", "search"):

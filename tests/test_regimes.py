@@ -92,8 +92,7 @@ def test_regime_study_smoke_calibrates_on_validation_and_resumes_from_its_ledger
     assert searched == {(i, "0") for i in study.SEARCH_INITS}  # chosen among on the validation split
     assert tested & set(study.SEARCH_INITS) == set(study.SEARCH_CHOICE)  # only the choice goes to the test set
     repeats = {f"qk-norm[norm=None,pos_scale=18,base={base}]" for base in ("timm", "kaiming")}
-    parts = tuple(study.ablation_inits(norm))
-    assert study.repeats_its_base(study.SMOKE_REGIME, f"imagefolder:{data}", parts) == repeats
+    assert study.repeats_its_base(study.SMOKE_REGIME, f"imagefolder:{data}", norm) == repeats
     assert tested == {*study.main_inits(norm), *study.ablation_inits(norm)} - repeats
     assert "qk-norm[norm=None,vproj=mimetic,base=kaiming]" in tested  # V/proj alone, on the authors' base
     assert "### The bundle, one part at a time" in (docs / "regimes.md").read_text()
