@@ -3,6 +3,7 @@
     python benchmarks/gpu_table5.py --data cifar10:/tmp/cifar10 --out runs/table5      # an H200: ~19 min (extrapolated)
     python benchmarks/gpu_table5.py --data cifar10:/tmp/cifar10 --minutes 10 ...       # what fits 10 minutes
     python benchmarks/gpu_table5.py --smoke --out /tmp/table5                          # any CPU: the pipeline
+    python benchmarks/gpu_table5.py --collect docs/table5/*/ --out docs/table5        # runs joined: table, curves
 
 The cell (Zheng et al., Table 5; ../shared/FINDINGS.md): CIFAR-10, all 50,000 training images, the
 full test set; the paper's v1 ViT: depth 8, width 256, 8 heads, patch 2 at 32 px (256 tokens), global
@@ -227,6 +228,7 @@ def write_summary(members, recipe: TrainConfig, data, device, amp, out: Path, se
     summary = {
         "recipe": {k: getattr(recipe, k) for k in RECIPE},
         "device": name,
+        "seed": recipe.seed,
         "precision": str(amp).removeprefix("torch.") if amp is not None else "float32",
         "seconds": round(seconds, 1),
         "epochs_done": members[0].curve[-1][0],
@@ -235,6 +237,56 @@ def write_summary(members, recipe: TrainConfig, data, device, amp, out: Path, se
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
+
+
+def collect(runs: list[Path], out: Path) -> str:
+    """Joins runs of the cell (each an OUT of this script, same recipe) into OUT/curves.png and OUT/table.md:
+    per init, the last epoch's test top-1 as mean +- std over its seeds. An (init, seed) met again in a
+    later run is a repeat: listed with both devices, not averaged."""
+    from structinit.studies.plots import plot_curves
+
+    rows, repeats, recipes = {}, [], {}
+    for run in runs:
+        if not (run / "summary.json").is_file() or not (run / "ledger.jsonl").is_file():
+            raise SystemExit(f"--collect: {run} has no summary.json and ledger.jsonl (not an OUT of this script)")
+        summary = json.loads((run / "summary.json").read_text())
+        recipes[str(run)] = summary["recipe"]
+        seed, device = summary["seed"], summary["device"]
+        lines = [json.loads(line) for line in (run / "ledger.jsonl").read_text().splitlines()]
+        for init in dict.fromkeys(line["init"] for line in lines):
+            mine = [line for line in lines if line["init"] == init]
+            curve = [(x["epoch"], x["test_top1"]) for x in mine if "test_top1" in x]
+            row = {"init": init, "seed": seed, "device": device, "top1": curve[-1][1], "curve": curve}
+            row |= {"loss_curve": [(x["epoch"], x["train_loss"]) for x in mine], "epochs": mine[-1]["epoch"]}
+            if (init, seed) in rows:
+                repeats.append((rows[(init, seed)], row))
+            else:
+                rows[(init, seed)] = row
+    if len({json.dumps(r, sort_keys=True) for r in recipes.values()}) > 1:
+        raise SystemExit(f"--collect: the runs' recipes differ: {recipes}")
+    out.mkdir(parents=True, exist_ok=True)
+    extra = {"dataset": "cifar10", "model": MODEL, "heads": "", "per_class": "", "split": "test", "recipe": "table5"}
+    plot_curves([{**extra, **r, "best_top1": r["top1"]} for r in rows.values()], out / "curves.png")
+    table = ["| init | seeds | test top-1, last epoch | per seed (device) | train loss, last epoch |"]
+    table.append("|---|---|---|---|---|")
+    by_init = {}
+    for r in rows.values():
+        by_init.setdefault(r["init"], []).append(r)
+    for init, mine in sorted(by_init.items(), key=lambda kv: -sum(r["top1"] for r in kv[1]) / len(kv[1])):
+        tops = torch.tensor([r["top1"] for r in mine], dtype=torch.float64)
+        spread = f" ± {tops.std().item():.2f}" if len(mine) > 1 else ""
+        seeds = ", ".join(f"{r['seed']}: {r['top1']:.2f} ({r['device']})" for r in mine)
+        loss = sum(r["loss_curve"][-1][1] for r in mine) / len(mine)
+        table.append(f"| `{init}` | {len(mine)} | {tops.mean().item():.2f}{spread} | {seeds} | {loss:.3f} |")
+    if repeats:
+        table += ["", "Repeats (the same init and seed again, not averaged):", ""]
+        table += [
+            f"- `{a['init']}` seed {a['seed']}: {a['top1']:.2f} on {a['device']}, {b['top1']:.2f} on {b['device']}"
+            for a, b in repeats
+        ]
+    text = "\n".join(table) + "\n"
+    (out / "table.md").write_text(text)
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -251,7 +303,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--augment-group", type=int, default=32, help="images sharing one RandAugment draw")
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--smoke", action="store_true", help="a 1-block model, 100 images, 2 epochs: the pipeline")
+    parser.add_argument("--collect", nargs="+", type=Path, metavar="RUN", help="join these runs' OUTs into --out")
     args = parser.parse_args(argv)
+    if args.collect:
+        print(collect(args.collect, Path(args.out)), end="")
+        return 0
     args.inits = split_top_level(args.inits)
     args.data = args.data or ("digits" if args.smoke else "cifar10:../shared/datasets/cifar10")
     if args.epochs < 1 or args.eval_every < 1:

@@ -133,6 +133,39 @@ def test_gpu_table5_refuses_an_unknown_init_in_one_line(tmp_path, capsys):
     assert not (tmp_path / "ledger.jsonl").exists()
 
 
+def fake_table5_run(path, seed, device, tops, epochs=4):
+    """An OUT of gpu_table5 with the given last-epoch top-1 per init (evaluated at epochs 2 and 4)."""
+    path.mkdir()
+    recipe = {"epochs": epochs, "batch_size": 512}
+    (path / "summary.json").write_text(json.dumps({"recipe": recipe, "device": device, "seed": seed}))
+    lines = [
+        {"init": init, "epoch": e, "train_loss": 2.0 / e} | ({"test_top1": top * e / epochs} if e % 2 == 0 else {})
+        for e in range(1, epochs + 1)
+        for init, top in tops.items()
+    ]
+    (path / "ledger.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def test_gpu_table5_collect_averages_each_init_over_its_seeds_and_lists_repeats_apart(tmp_path):
+    table5 = load_benchmark("gpu_table5")
+    a = fake_table5_run(tmp_path / "a", 0, "H200", {"kaiming": 74.0, "mimetic": 79.0})
+    b = fake_table5_run(tmp_path / "b", 0, "H100", {"kaiming": 75.0, "impulse": 80.0})
+    c = fake_table5_run(tmp_path / "c", 1, "H100", {"mimetic": 80.0, "impulse": 78.0})
+    assert table5.main(["--collect", str(a), str(b), str(c), "--out", str(tmp_path / "all")]) == 0
+    lines = (tmp_path / "all" / "table.md").read_text().splitlines()
+    assert lines[2] == "| `mimetic` | 2 | 79.50 ± 0.71 | 0: 79.00 (H200), 1: 80.00 (H100) | 0.500 |"
+    assert lines[3] == "| `impulse` | 2 | 79.00 ± 1.41 | 0: 80.00 (H100), 1: 78.00 (H100) | 0.500 |"
+    assert lines[4] == "| `kaiming` | 1 | 74.00 | 0: 74.00 (H200) | 0.500 |"  # the first run's seed 0 is kept
+    assert lines[-1] == "- `kaiming` seed 0: 74.00 on H200, 75.00 on H100"
+    assert (tmp_path / "all" / "curves.png").stat().st_size > 0
+    longer = fake_table5_run(tmp_path / "d", 2, "H100", {"kaiming": 76.0}, epochs=6)
+    with pytest.raises(SystemExit, match="the runs' recipes differ"):
+        table5.collect([a, longer], tmp_path / "all")
+    with pytest.raises(SystemExit, match=r"has no summary.json and ledger.jsonl \(not an OUT of this script\)"):
+        table5.collect([a, tmp_path], tmp_path / "all")
+
+
 def test_gpu_table5_minutes_fits_the_epochs_to_the_budget_and_stretches_the_schedules_past_warm_up():
     table5 = load_benchmark("gpu_table5")
     from structinit.training import TrainConfig
