@@ -4,6 +4,7 @@
     python benchmarks/gpu_table5.py --data cifar10:/tmp/cifar10 --minutes 10 ...       # what fits 10 minutes
     python benchmarks/gpu_table5.py --smoke --out /tmp/table5                          # any CPU: the pipeline
     python benchmarks/gpu_table5.py --collect docs/table5/*/ --out docs/table5        # runs joined: table, curves
+    python benchmarks/gpu_table5.py --at-init --inits 'kaiming,qk-norm[norm=3.5]'     # the inits untrained, seconds
 
 The cell (Zheng et al., Table 5; ../shared/FINDINGS.md): CIFAR-10, all 50,000 training images, the
 full test set; the paper's v1 ViT: depth 8, width 256, 8 heads, patch 2 at 32 px (256 tokens), global
@@ -43,6 +44,7 @@ from torch import nn
 from structinit.data.augment import BatchAugment
 from structinit.data.datasets import load_data
 from structinit.inits.labels import InitSpec, split_top_level
+from structinit.inspection.scale import head_qk_norms
 from structinit.training import TrainConfig
 from structinit.training.device import Dist, prefer_math_attention, resolve_amp, resolve_device
 from structinit.training.recipe import create_optimizer, create_schedule, evaluate, model_of
@@ -68,6 +70,7 @@ RECIPE = dict(
     smoothing=0.0,
 )
 SMOKE = {**RECIPE, "epochs": 2, "batch_size": 20, "warmup_epochs": 0.5, "eval_every": 1}
+SMOKE_MODEL = {"depth": 1, "embed_dim": 32, "num_heads": 2}
 
 
 class Member:
@@ -76,6 +79,8 @@ class Member:
     def __init__(self, config: TrainConfig, data, device, steps: int, compile: bool):
         self.init = config.init
         self.model, self.report = model_of(config, data)
+        norms = head_qk_norms(self.model)
+        self.qk_norm = sum(norms) / len(norms)
         self.model.to(device)
         self.forward = torch.compile(self.model) if compile else self.model
         self.optimizer = create_optimizer(self.model, config, device)
@@ -128,7 +133,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     device = resolve_device(args.device, 0)
     amp = resolve_amp("auto", device)
     data = load_data(args.data, per_class=10 if args.smoke else None)
-    kwargs = {"depth": 1, "embed_dim": 32, "num_heads": 2} if args.smoke else {}
+    kwargs = SMOKE_MODEL if args.smoke else {}
     common = dict(settings, data=args.data, model=MODEL, model_kwargs=kwargs, seed=args.seed, out=str(out))
     recipe = TrainConfig(**common)
     steps = len(data.train_labels) // recipe.batch_size
@@ -234,9 +239,25 @@ def write_summary(members, recipe: TrainConfig, data, device, amp, out: Path, se
         "epochs_done": members[0].curve[-1][0],
         "results": {r["init"]: {"final_top1": r["top1"], "best_top1": r["best_top1"]} for r in rows},
         "fidelity": {m.init: round(m.report.mean_fidelity, 4) for m in members if m.report.mean_fidelity is not None},
+        "qk_norm": {m.init: round(m.qk_norm, 3) for m in members},
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
+
+
+def at_init(args: argparse.Namespace) -> str:
+    """Each init on the cell's model at the seed, untrained (on the CPU, in seconds): its fidelity (mass on
+    its offsets on the pseudo input) and its heads' mean Q/K norm, what a norm-matched control needs."""
+    data = load_data(args.data, per_class=10)  # the model needs the classes and the image size only
+    rows = ["| init | fidelity at init | per-head Q/K norm, mean |", "|---|---|---|"]
+    for init in args.inits:
+        kwargs = SMOKE_MODEL if args.smoke else {}
+        config = TrainConfig(**RECIPE, data=args.data, model=MODEL, model_kwargs=kwargs, seed=args.seed, init=init)
+        model, report = model_of(config, data)
+        norms = head_qk_norms(model)
+        fidelity = "–" if report.mean_fidelity is None else f"{report.mean_fidelity:.3f}"
+        rows.append(f"| `{init}` | {fidelity} | {sum(norms) / len(norms):.3f} |")
+    return "\n".join(rows) + "\n"
 
 
 def collect(runs: list[Path], out: Path) -> str:
@@ -304,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--smoke", action="store_true", help="a 1-block model, 100 images, 2 epochs: the pipeline")
     parser.add_argument("--collect", nargs="+", type=Path, metavar="RUN", help="join these runs' OUTs into --out")
+    parser.add_argument("--at-init", action="store_true", help="each init's fidelity and Q/K norm, untrained")
     args = parser.parse_args(argv)
     if args.collect:
         print(collect(args.collect, Path(args.out)), end="")
@@ -319,6 +341,9 @@ def main(argv: list[str] | None = None) -> int:
             InitSpec.parse(label)
         except (TypeError, ValueError) as error:
             parser.error(f"--inits: {error}")
+    if args.at_init:
+        print(at_init(args), end="")
+        return 0
     summary = run(args)
     print(json.dumps(summary["results"], indent=2))
     return 0

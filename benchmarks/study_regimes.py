@@ -40,6 +40,7 @@ from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
+from structinit.inspection.scale import head_qk_norms
 from structinit.studies.grid import run_configs, run_dir
 from structinit.studies.ledger import is_recorded, ledger_and_runs, read_ledger, write_generated_section, write_ledger
 from structinit.studies.results import results_markdown
@@ -234,17 +235,6 @@ def matched_norm(regime: Regime, data: str) -> float:
     config = regime.config("impulse", 0, False, data, Path("unused"), False)
     model, _ = model_of(config, dataset(data))
     return round(statistics.mean(head_qk_norms(model)), 1)
-
-
-def head_qk_norms(model) -> list[float]:
-    """Every head's Frobenius norm of W_q and of W_k, over the model's layers."""
-    import structinit
-
-    norms = []
-    for layer in structinit.adapters.get_adapter(model).layers():
-        for weight in layer.qk_weights():
-            norms += weight.detach().view(layer.num_heads, layer.head_dim, -1).norm(dim=(1, 2)).tolist()
-    return norms
 
 
 @dataclasses.dataclass(frozen=True)

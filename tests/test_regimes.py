@@ -20,6 +20,7 @@ def test_gpu_table5_smoke_trains_its_inits_on_shared_batches_and_writes_its_ledg
     summary = json.loads((tmp_path / "all" / "summary.json").read_text())
     assert set(summary["results"]) == set(table5.INITS) and summary["epochs_done"] == 2
     assert summary["recipe"]["batch_size"] == 20 and (tmp_path / "all" / "curves.png").stat().st_size > 0
+    assert set(summary["qk_norm"]) == set(table5.INITS) and summary["seed"] == 0
     # a member's training does not depend on the others: timm alone follows the same numbers
     assert table5.main(["--smoke", "--quiet", "--inits", "timm", "--out", str(tmp_path / "one")]) == 0
     alone = [json.loads(line) for line in (tmp_path / "one" / "ledger.jsonl").read_text().splitlines()]
@@ -164,6 +165,16 @@ def test_gpu_table5_collect_averages_each_init_over_its_seeds_and_lists_repeats_
         table5.collect([a, longer], tmp_path / "all")
     with pytest.raises(SystemExit, match=r"has no summary.json and ledger.jsonl \(not an OUT of this script\)"):
         table5.collect([a, tmp_path], tmp_path / "all")
+
+
+def test_gpu_table5_at_init_reports_each_inits_fidelity_and_head_qk_norm_untrained(tmp_path, capsys):
+    table5 = load_benchmark("gpu_table5")
+    inits = "qk-norm[norm=2.5,base=kaiming],impulse[vproj=keep,base=kaiming,target_fidelity=0.41]"
+    assert table5.main(["--smoke", "--at-init", "--inits", inits, "--out", str(tmp_path)]) == 0
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines()[2:]]
+    assert rows[0][0] == "| `qk-norm[norm=2.5,base=kaiming]`" and rows[0][2] == "2.500 |"  # the control's norm
+    assert float(rows[0][1]) < 0.1  # and no structure: chance is 1/16 on the smoke model's 16 tokens
+    assert rows[1][1] == "0.410" and not (tmp_path / "ledger.jsonl").exists()  # nothing trained
 
 
 def test_gpu_table5_minutes_fits_the_epochs_to_the_budget_and_stretches_the_schedules_past_warm_up():
