@@ -260,6 +260,35 @@ def at_init(args: argparse.Namespace) -> str:
     return "\n".join(rows) + "\n"
 
 
+def read_run(run: Path) -> list[dict[str, Any]]:
+    """One run of this script (its OUT) as a row per init: seed, device, precision, recipe, last and best
+    test top-1, epochs, steps, the test and loss curves."""
+    if not (run / "summary.json").is_file() or not (run / "ledger.jsonl").is_file():
+        raise SystemExit(f"--collect: {run} has no summary.json and ledger.jsonl (not an OUT of this script)")
+    summary = json.loads((run / "summary.json").read_text())
+    lines = [json.loads(line) for line in (run / "ledger.jsonl").read_text().splitlines()]
+    rows = []
+    for init in dict.fromkeys(line["init"] for line in lines):
+        mine = [line for line in lines if line["init"] == init]
+        curve = [(x["epoch"], x["test_top1"]) for x in mine if "test_top1" in x]
+        rows.append(
+            {
+                "init": init,
+                "seed": summary["seed"],
+                "device": summary["device"],
+                "precision": summary["precision"],
+                "recipe": summary["recipe"],
+                "top1": curve[-1][1],
+                "best_top1": max(t for _, t in curve),
+                "epochs": mine[-1]["epoch"],
+                "steps": mine[-1]["step"],
+                "curve": curve,
+                "loss_curve": [(x["epoch"], x["train_loss"]) for x in mine],
+            }
+        )
+    return rows
+
+
 def collect(runs: list[Path], out: Path) -> str:
     """Joins runs of the cell (each an OUT of this script, same recipe) into OUT/curves.png and OUT/table.md:
     per init, the last epoch's test top-1 as mean +- std over its seeds. An (init, seed) met again in a
@@ -268,26 +297,17 @@ def collect(runs: list[Path], out: Path) -> str:
 
     rows, repeats, recipes = {}, [], {}
     for run in runs:
-        if not (run / "summary.json").is_file() or not (run / "ledger.jsonl").is_file():
-            raise SystemExit(f"--collect: {run} has no summary.json and ledger.jsonl (not an OUT of this script)")
-        summary = json.loads((run / "summary.json").read_text())
-        recipes[str(run)] = summary["recipe"]
-        seed, device = summary["seed"], summary["device"]
-        lines = [json.loads(line) for line in (run / "ledger.jsonl").read_text().splitlines()]
-        for init in dict.fromkeys(line["init"] for line in lines):
-            mine = [line for line in lines if line["init"] == init]
-            curve = [(x["epoch"], x["test_top1"]) for x in mine if "test_top1" in x]
-            row = {"init": init, "seed": seed, "device": device, "top1": curve[-1][1], "curve": curve}
-            row |= {"loss_curve": [(x["epoch"], x["train_loss"]) for x in mine], "epochs": mine[-1]["epoch"]}
-            if (init, seed) in rows:
-                repeats.append((rows[(init, seed)], row))
+        for row in read_run(run):
+            recipes[str(run)] = row["recipe"]
+            if (row["init"], row["seed"]) in rows:
+                repeats.append((rows[(row["init"], row["seed"])], row))
             else:
-                rows[(init, seed)] = row
+                rows[(row["init"], row["seed"])] = row
     if len({json.dumps(r, sort_keys=True) for r in recipes.values()}) > 1:
         raise SystemExit(f"--collect: the runs' recipes differ: {recipes}")
     out.mkdir(parents=True, exist_ok=True)
     extra = {"dataset": "cifar10", "model": MODEL, "heads": "", "per_class": "", "split": "test", "recipe": "table5"}
-    plot_curves([{**extra, **r, "best_top1": r["top1"]} for r in rows.values()], out / "curves.png")
+    plot_curves([{**r, **extra} for r in rows.values()], out / "curves.png")
     table = ["| init | seeds | test top-1, last epoch | per seed (device) | train loss, last epoch |"]
     table.append("|---|---|---|---|---|")
     by_init = {}

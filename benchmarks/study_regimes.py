@@ -315,10 +315,10 @@ CSV_COLUMNS = [
 
 def csv_rows(rows: list[dict[str, Any]], regimes: dict[str, Regime]) -> list[dict[str, Any]]:
     """docs/regimes.csv: one row per run; epochs_to_baseline is the epochs to reach the better of timm's
-    and kaiming's mean final top-1 in the same grid (empty: never, or no baseline ran)."""
+    and kaiming's mean final top-1 in the same grid (empty: never, or no baseline ran). A row that
+    carries its tokens (the GPU cell's) is not one of `regimes`."""
     out = []
     for r in rows:
-        regime = regimes[r["grid"].removesuffix("-val")]
         grid = [x for x in rows if x["grid"] == r["grid"]]
         finals = [
             statistics.mean(x["top1"] for x in grid if x["init"] == b)
@@ -333,12 +333,24 @@ def csv_rows(rows: list[dict[str, Any]], regimes: dict[str, Regime]) -> list[dic
             {
                 **r,
                 "regime": r["grid"].removesuffix("-val"),
-                "tokens": regime.tokens,
+                "tokens": r["tokens"] if "tokens" in r else regimes[r["grid"].removesuffix("-val")].tokens,
                 "final_top1": r["top1"],
                 "epochs_to_baseline": "" if reached is None else reached,
             }
         )
     return out
+
+
+def table5_rows(folder: Path) -> list[dict[str, Any]]:
+    """The GPU Table 5 cell's runs (gpu_table5.py's OUTs, folder/<run>/) as rows of a grid "table5": all of
+    CIFAR-10, the cell's model and recipe, the test set."""
+    runs = sorted(summary.parent for summary in folder.glob("*/summary.json"))
+    if not runs:
+        return []
+    from gpu_table5 import MODEL, read_run  # a script beside this one
+
+    cell = {"grid": "table5", "dataset": "cifar10", "model": MODEL, "tokens": 256, "per_class": 5000}
+    return [{**row, **cell, "recipe": "table5", "split": "test"} for run in runs for row in read_run(run)]
 
 
 def init_attention(inits: list[str], regime: Regime, data: str, smoke: bool, cache: Path) -> str:
@@ -408,7 +420,7 @@ def write_docs(
     with open(docs / "regimes.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, CSV_COLUMNS, extrasaction="ignore")
         writer.writeheader()
-        writer.writerows(csv_rows(rows, regimes))
+        writer.writerows(csv_rows(rows + table5_rows(docs / "table5"), regimes))
     sections = []
     for name in dict.fromkeys(r["grid"] for r in rows):
         grid_rows = [r for r in rows if r["grid"] == name]

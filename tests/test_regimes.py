@@ -138,9 +138,11 @@ def fake_table5_run(path, seed, device, tops, epochs=4):
     """An OUT of gpu_table5 with the given last-epoch top-1 per init (evaluated at epochs 2 and 4)."""
     path.mkdir()
     recipe = {"epochs": epochs, "batch_size": 512}
-    (path / "summary.json").write_text(json.dumps({"recipe": recipe, "device": device, "seed": seed}))
+    summary = {"recipe": recipe, "device": device, "seed": seed, "precision": "bfloat16"}
+    (path / "summary.json").write_text(json.dumps(summary))
     lines = [
-        {"init": init, "epoch": e, "train_loss": 2.0 / e} | ({"test_top1": top * e / epochs} if e % 2 == 0 else {})
+        {"init": init, "epoch": e, "step": 10 * e, "train_loss": 2.0 / e}
+        | ({"test_top1": top * e / epochs} if e % 2 == 0 else {})
         for e in range(1, epochs + 1)
         for init, top in tops.items()
     ]
@@ -165,6 +167,26 @@ def test_gpu_table5_collect_averages_each_init_over_its_seeds_and_lists_repeats_
         table5.collect([a, longer], tmp_path / "all")
     with pytest.raises(SystemExit, match=r"has no summary.json and ledger.jsonl \(not an OUT of this script\)"):
         table5.collect([a, tmp_path], tmp_path / "all")
+
+
+def test_regimes_csv_has_a_row_per_gpu_table5_run_and_init_with_its_device(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # study_regimes reads the runs with gpu_table5's reader
+    study = load_benchmark("study_regimes")
+    assert study.table5_rows(tmp_path / "none") == []
+    fake_table5_run(tmp_path / "a", 0, "H200", {"kaiming": 74.0, "timm": 72.0, "impulse": 76.0})
+    fake_table5_run(tmp_path / "b", 1, "H100", {"impulse": 70.0})
+    rows = {(r["init"], r["seed"]): r for r in study.csv_rows(study.table5_rows(tmp_path), study.REGIMES)}
+    assert set(rows) == {("kaiming", 0), ("timm", 0), ("impulse", 0), ("impulse", 1)}
+    fast, slow = rows[("impulse", 0)], rows[("impulse", 1)]
+    assert (fast["regime"], fast["tokens"], fast["per_class"], fast["split"], fast["device"]) == (
+        "table5",
+        256,
+        5000,
+        "test",
+        "H200",
+    )
+    assert (fast["final_top1"], fast["epochs"], fast["steps"], fast["precision"]) == (76.0, 4, 40, "bfloat16")
+    assert fast["epochs_to_baseline"] == 4 and slow["epochs_to_baseline"] == ""  # kaiming's 74: at 4, never
 
 
 def test_gpu_table5_at_init_reports_each_inits_fidelity_and_head_qk_norm_untrained(tmp_path, capsys):
