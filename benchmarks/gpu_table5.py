@@ -4,7 +4,7 @@
     python benchmarks/gpu_table5.py --data cifar10:/tmp/cifar10 --minutes 10 ...       # what fits 10 minutes
     python benchmarks/gpu_table5.py --smoke --out /tmp/table5                          # any CPU: the pipeline
     python benchmarks/gpu_table5.py --collect docs/table5/*/ --out docs/table5        # runs joined: table, curves
-    python benchmarks/gpu_table5.py --at-init --inits 'kaiming,qk-norm[norm=3.5]'     # the inits untrained, seconds
+    python benchmarks/gpu_table5.py --at-init --inits 'kaiming,qk-norm[norm=3.5]'     # the inits untrained, minutes
 
 The cell (Zheng et al., Table 5; ../shared/FINDINGS.md): CIFAR-10, all 50,000 training images, the
 full test set; the paper's v1 ViT: depth 8, width 256, 8 heads, patch 2 at 32 px (256 tokens), global
@@ -246,17 +246,20 @@ def write_summary(members, recipe: TrainConfig, data, device, amp, out: Path, se
 
 
 def at_init(args: argparse.Namespace) -> str:
-    """Each init on the cell's model at the seed, untrained (on the CPU, in seconds): its fidelity (mass on
-    its offsets on the pseudo input) and its heads' mean Q/K norm, what a norm-matched control needs."""
+    """Each init on the cell's model at the seed, untrained (on a CPU, ~4 minutes for six), measured as
+    docs/regimes.md's "Attention at init" table: entropy, mass on the heads' offsets on the pseudo input and
+    on 256 test images (per layer), the heads' mean Q/K norm (what a norm-matched control needs)."""
+    from structinit.data.batches import normalised_test_images
+    from study_regimes import ATTENTION_HEADER, attention_at_init, attention_row  # a script beside this one
+
     data = load_data(args.data, per_class=10)  # the model needs the classes and the image size only
-    rows = ["| init | fidelity at init | per-head Q/K norm, mean |", "|---|---|---|"]
+    rows = list(ATTENTION_HEADER)
     for init in args.inits:
         kwargs = SMOKE_MODEL if args.smoke else {}
         config = TrainConfig(**RECIPE, data=args.data, model=MODEL, model_kwargs=kwargs, seed=args.seed, init=init)
-        model, report = model_of(config, data)
-        norms = head_qk_norms(model)
-        fidelity = "–" if report.mean_fidelity is None else f"{report.mean_fidelity:.3f}"
-        rows.append(f"| `{init}` | {fidelity} | {sum(norms) / len(norms):.3f} |")
+        model, _ = model_of(config, data)
+        model.eval()
+        rows.append(attention_row(f"`{init}`", attention_at_init(model, normalised_test_images(model, data, 256))))
     return "\n".join(rows) + "\n"
 
 

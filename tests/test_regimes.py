@@ -189,14 +189,16 @@ def test_regimes_csv_has_a_row_per_gpu_table5_run_and_init_with_its_device(tmp_p
     assert fast["epochs_to_baseline"] == 4 and slow["epochs_to_baseline"] == ""  # kaiming's 74: at 4, never
 
 
-def test_gpu_table5_at_init_reports_each_inits_fidelity_and_head_qk_norm_untrained(tmp_path, capsys):
+def test_gpu_table5_at_init_reports_each_inits_attention_and_head_qk_norm_untrained(tmp_path, capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # it measures as study_regimes does
     table5 = load_benchmark("gpu_table5")
     inits = "qk-norm[norm=2.5,base=kaiming],impulse[vproj=keep,base=kaiming,target_fidelity=0.41]"
     assert table5.main(["--smoke", "--at-init", "--inits", inits, "--out", str(tmp_path)]) == 0
     rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines()[2:]]
-    assert rows[0][0] == "| `qk-norm[norm=2.5,base=kaiming]`" and rows[0][2] == "2.500 |"  # the control's norm
-    assert float(rows[0][1]) < 0.1  # and no structure: chance is 1/16 on the smoke model's 16 tokens
-    assert rows[1][1] == "0.410" and not (tmp_path / "ledger.jsonl").exists()  # nothing trained
+    assert rows[0][0] == "| `qk-norm[norm=2.5,base=kaiming]`" and rows[0][5] == "2.5 |"  # the control's norm
+    assert float(rows[0][2]) < 0.1 and float(rows[0][1]) > 0.9  # no structure: chance is 1/16 at 16 tokens
+    assert rows[1][2] == "0.410" and float(rows[1][1]) < float(rows[0][1])  # the impulse: sharper maps
+    assert not (tmp_path / "ledger.jsonl").exists()  # nothing trained
 
 
 def test_gpu_table5_minutes_fits_the_epochs_to_the_budget_and_stretches_the_schedules_past_warm_up():
