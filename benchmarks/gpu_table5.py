@@ -254,8 +254,8 @@ def at_init(args: argparse.Namespace) -> str:
 
     data = load_data(args.data, per_class=10)  # the model needs the classes and the image size only
     rows = list(ATTENTION_HEADER)
+    kwargs = SMOKE_MODEL if args.smoke else {}
     for init in args.inits:
-        kwargs = SMOKE_MODEL if args.smoke else {}
         config = TrainConfig(**RECIPE, data=args.data, model=MODEL, model_kwargs=kwargs, seed=args.seed, init=init)
         model, _ = model_of(config, data)
         model.eval()
