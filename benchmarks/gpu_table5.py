@@ -316,6 +316,8 @@ def collect(runs: list[Path], out: Path) -> str:
     by_init = {}
     for r in rows.values():
         by_init.setdefault(r["init"], []).append(r)
+    for mine in by_init.values():
+        mine.sort(key=lambda r: r["seed"])
     for init, mine in sorted(by_init.items(), key=lambda kv: -sum(r["top1"] for r in kv[1]) / len(kv[1])):
         tops = torch.tensor([r["top1"] for r in mine], dtype=torch.float64)
         spread = f" ± {tops.std().item():.2f}" if len(mine) > 1 else ""

@@ -155,7 +155,7 @@ def test_gpu_table5_collect_averages_each_init_over_its_seeds_and_lists_repeats_
     a = fake_table5_run(tmp_path / "a", 0, "H200", {"kaiming": 74.0, "mimetic": 79.0})
     b = fake_table5_run(tmp_path / "b", 0, "H100", {"kaiming": 75.0, "impulse": 80.0})
     c = fake_table5_run(tmp_path / "c", 1, "H100", {"mimetic": 80.0, "impulse": 78.0})
-    assert table5.main(["--collect", str(a), str(b), str(c), "--out", str(tmp_path / "all")]) == 0
+    assert table5.main(["--collect", str(c), str(a), str(b), "--out", str(tmp_path / "all")]) == 0  # seeds listed in order
     lines = (tmp_path / "all" / "table.md").read_text().splitlines()
     assert lines[2] == "| `mimetic` | 2 | 79.50 ± 0.71 | 0: 79.00 (H200), 1: 80.00 (H100) | 0.500 |"
     assert lines[3] == "| `impulse` | 2 | 79.00 ± 1.41 | 0: 80.00 (H100), 1: 78.00 (H100) | 0.500 |"
