@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# A CPU study's remaining runs on a lent GPU machine (DEVELOPERS.md), started in one call, polled in the next:
+#
+#   bash benchmarks/gpu_study.sh start benchmarks/study_regimes.py --part ablate --jobs 4 [--only ...]
+#   bash benchmarks/gpu_study.sh poll 540      # waits up to 540 s or until the study ends; results to $OUT
+#
+# `start` unpacks the carried .gpu-data into /tmp/cifar10 and copies docs/ to /tmp/study/docs (once each), so
+# the study skips the runs its committed ledger already has; then runs the study in the background with
+# --data cifar10:/tmp/cifar10 --out /tmp/study/runs --docs /tmp/study/docs. Every poll copies to $OUT the
+# log, the study's docs (its ledger, once it ends, holds every run: copy it over docs/ here) and
+# runs.tar.gz, each run's small files (no checkpoints), so a lost machine loses little. STUDY_WORK and
+# STUDY_DATA move /tmp/study and /tmp/cifar10.
+set -euo pipefail
+work=${STUDY_WORK:-/tmp/study}
+data=${STUDY_DATA:-/tmp/cifar10}
+python=${PYTHON:-python3}  # the device machine's; here, for a smoke test: PYTHON=.venv/bin/python
+case "${1:-}" in
+start)
+    shift
+    [ -d "$data/train" ] || "$python" .gpu-data/gpu_data.py unpack .gpu-data "$data"
+    if [ -f "$work/pid" ] && kill -0 "$(cat "$work/pid")" 2>/dev/null; then
+        echo "gpu_study.sh: a study is still running (pid $(cat "$work/pid")): poll it first" >&2
+        exit 1
+    fi
+    [ -d "$work/docs" ] || { mkdir -p "$work" && cp -r docs "$work/docs"; }  # a second study goes on from the first's
+    rm -f "$work/rc"
+    # shellcheck disable=SC2016  # $0 and $@ are the inner shell's: the study and its arguments
+    PYTHONPATH=src setsid nohup bash -c '"$0" "$@"; echo $? > "'"$work/rc"'"' "$python" "$@" \
+        --data "cifar10:$data" --out "$work/runs" --docs "$work/docs" > "$work/study.log" 2>&1 < /dev/null &
+    echo $! > "$work/pid"
+    deadline=$((SECONDS + 60))  # its first minute: a study that fails at once says why in this call
+    while kill -0 "$(cat "$work/pid")" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 2; done
+    ;;
+poll)
+    deadline=$((SECONDS + ${2:-540}))
+    while kill -0 "$(cat "$work/pid")" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 2; done
+    ;;
+*)
+    echo "usage: gpu_study.sh start STUDY.py ARGS... | gpu_study.sh poll [SECONDS]" >&2
+    exit 2
+    ;;
+esac
+out=${OUT:-/tmp/study-out}
+mkdir -p "$out/docs"
+cp "$work/study.log" "$out/"
+cp "$work"/docs/*-runs.jsonl "$work"/docs/*.csv "$out/docs/" 2>/dev/null || true
+if [ -d "$work/runs" ]; then
+    tar -czf "$out/runs.tar.gz" -C "$work/runs" --exclude='*.pt' .
+fi
+if kill -0 "$(cat "$work/pid")" 2>/dev/null; then echo "running"; else echo "ended (exit $(cat "$work/rc" 2>/dev/null || echo '?'))"; fi
+tail -5 "$work/study.log"
