@@ -43,6 +43,7 @@ TEACHERS = {"timm": "timm", "impulse": "impulse"}  # teacher name -> its init
 # impulse Q/K on top, and selection from the impulse-initialised teacher
 STUDENT_INITS: dict[str, tuple[str, str | None]] = {
     "timm": ("timm", None),
+    "kaiming": ("kaiming", None),  # PyTorch's defaults: the authors' baseline (docs/regimes.md)
     "mimetic": ("mimetic", None),
     "impulse": ("impulse", None),
     "select": ("select", "timm"),
