@@ -315,16 +315,20 @@ CSV_COLUMNS = [
 
 def csv_rows(rows: list[dict[str, Any]], regimes: dict[str, Regime]) -> list[dict[str, Any]]:
     """docs/regimes.csv: one row per run; epochs_to_baseline is the epochs to reach the better of timm's
-    and kaiming's mean final top-1 in the same grid (empty: never, or no baseline ran). A row that
-    carries its tokens (the GPU cell's) is not one of `regimes`."""
+    and kaiming's mean final top-1 over seeds in the same grid (a seed run again, on another GPU, counts
+    once: its runs' mean; empty: never, or no baseline ran). A row that carries its tokens (the GPU
+    cell's) is not one of `regimes`."""
     out = []
     for r in rows:
         grid = [x for x in rows if x["grid"] == r["grid"]]
-        finals = [
-            statistics.mean(x["top1"] for x in grid if x["init"] == b)
-            for b in ("timm", "kaiming")
-            if any(x["init"] == b for x in grid)
-        ]
+        finals = []
+        for b in ("timm", "kaiming"):
+            by_seed: dict[int, list[float]] = {}
+            for x in grid:
+                if x["init"] == b:
+                    by_seed.setdefault(x["seed"], []).append(x["top1"])
+            if by_seed:
+                finals.append(statistics.mean(statistics.mean(tops) for tops in by_seed.values()))
         target = max(finals) if finals else None
         reached = None
         if target is not None and r["curve"]:
