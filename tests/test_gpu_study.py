@@ -11,7 +11,9 @@ SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_study.sh"
 FAKE_STUDY = """
 import argparse, pathlib
 parser = argparse.ArgumentParser()
-parser.add_argument("--data"); parser.add_argument("--out"); parser.add_argument("--docs"); parser.add_argument("--fail", action="store_true")
+for name in ("--data", "--out", "--docs"):
+    parser.add_argument(name)
+parser.add_argument("--fail", action="store_true")
 args = parser.parse_args()
 run = pathlib.Path(args.out) / "grid" / "run-seed0"
 run.mkdir(parents=True, exist_ok=True)

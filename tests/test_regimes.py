@@ -155,7 +155,8 @@ def test_gpu_table5_collect_averages_each_init_over_its_seeds_and_lists_repeats_
     a = fake_table5_run(tmp_path / "a", 0, "H200", {"kaiming": 74.0, "mimetic": 79.0})
     b = fake_table5_run(tmp_path / "b", 0, "H100", {"kaiming": 75.0, "impulse": 80.0})
     c = fake_table5_run(tmp_path / "c", 1, "H100", {"mimetic": 80.0, "impulse": 78.0})
-    assert table5.main(["--collect", str(c), str(a), str(b), "--out", str(tmp_path / "all")]) == 0  # seeds listed in order
+    # given out of seed order: each init's seeds are listed in order
+    assert table5.main(["--collect", str(c), str(a), str(b), "--out", str(tmp_path / "all")]) == 0
     lines = (tmp_path / "all" / "table.md").read_text().splitlines()
     assert lines[2] == "| `mimetic` | 2 | 79.50 ± 0.71 | 0: 79.00 (H200), 1: 80.00 (H100) | 0.500 |"
     assert lines[3] == "| `impulse` | 2 | 79.00 ± 1.41 | 0: 80.00 (H100), 1: 78.00 (H100) | 0.500 |"
@@ -189,7 +190,6 @@ def test_regimes_csv_has_a_row_per_gpu_table5_run_and_init_with_its_device(tmp_p
     assert (fast["final_top1"], fast["epochs"], fast["steps"], fast["precision"]) == (76.0, 4, 40, "bfloat16")
     assert fast["epochs_to_baseline"] == 4 and slow["epochs_to_baseline"] == ""  # kaiming's 73.25: at 4, never
     assert rows[("mimetic", 1, "H100")]["epochs_to_baseline"] == ""  # 73.1: over the 3 runs' 73.0, under the seeds'
-
 
 
 def test_gpu_table5_at_init_reports_each_inits_attention_and_head_qk_norm_untrained(tmp_path, capsys, monkeypatch):
