@@ -14,6 +14,10 @@ set -euo pipefail
 work=${STUDY_WORK:-/tmp/study}
 data=${STUDY_DATA:-/tmp/cifar10}
 python=${PYTHON:-python3}  # the device machine's; here, for a smoke test: PYTHON=.venv/bin/python
+wait_study() {  # until the study ends or $1 seconds pass
+    local deadline=$((SECONDS + $1))
+    while kill -0 "$(cat "$work/pid")" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 2; done
+}
 case "${1:-}" in
 start)
     shift
@@ -28,12 +32,10 @@ start)
     PYTHONPATH=src setsid nohup bash -c '"$0" "$@"; echo $? > "'"$work/rc"'"' "$python" "$@" \
         --data "cifar10:$data" --out "$work/runs" --docs "$work/docs" > "$work/study.log" 2>&1 < /dev/null &
     echo $! > "$work/pid"
-    deadline=$((SECONDS + 60))  # its first minute: a study that fails at once says why in this call
-    while kill -0 "$(cat "$work/pid")" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 2; done
+    wait_study 60  # its first minute: a study that fails at once says why in this call
     ;;
 poll)
-    deadline=$((SECONDS + ${2:-540}))
-    while kill -0 "$(cat "$work/pid")" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 2; done
+    wait_study "${2:-540}"
     ;;
 *)
     echo "usage: gpu_study.sh start STUDY.py ARGS... | gpu_study.sh poll [SECONDS]" >&2

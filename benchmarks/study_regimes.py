@@ -43,7 +43,7 @@ from typing import Any
 from structinit.inspection.scale import head_qk_norms
 from structinit.studies.grid import run_configs, run_dir
 from structinit.studies.ledger import is_recorded, ledger_and_runs, read_ledger, write_generated_section, write_ledger
-from structinit.studies.results import results_markdown
+from structinit.studies.results import epochs_to_reach, results_markdown
 from structinit.training import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -318,21 +318,18 @@ def csv_rows(rows: list[dict[str, Any]], regimes: dict[str, Regime]) -> list[dic
     and kaiming's mean final top-1 over seeds in the same grid (a seed run again, on another GPU, counts
     once: its runs' mean; empty: never, or no baseline ran). A row that carries its tokens (the GPU
     cell's) is not one of `regimes`."""
+    finals: dict[tuple[str, str], dict[int, list[float]]] = {}  # (grid, baseline) -> seed -> its runs' top-1
+    for r in rows:
+        if r["init"] in ("timm", "kaiming"):
+            finals.setdefault((r["grid"], r["init"]), {}).setdefault(r["seed"], []).append(r["top1"])
+    targets: dict[str, float] = {}
+    for (grid, _), by_seed in finals.items():
+        mean = statistics.mean(statistics.mean(tops) for tops in by_seed.values())
+        targets[grid] = max(mean, targets.get(grid, mean))
     out = []
     for r in rows:
-        grid = [x for x in rows if x["grid"] == r["grid"]]
-        finals = []
-        for b in ("timm", "kaiming"):
-            by_seed: dict[int, list[float]] = {}
-            for x in grid:
-                if x["init"] == b:
-                    by_seed.setdefault(x["seed"], []).append(x["top1"])
-            if by_seed:
-                finals.append(statistics.mean(statistics.mean(tops) for tops in by_seed.values()))
-        target = max(finals) if finals else None
-        reached = None
-        if target is not None and r["curve"]:
-            reached = next((e for e, t in sorted(r["curve"]) if t >= target), None)
+        target = targets.get(r["grid"])
+        reached = epochs_to_reach(r["curve"], target) if target is not None and r["curve"] else None
         out.append(
             {
                 **r,
