@@ -833,7 +833,8 @@ def test_sigterm_stops_a_parallel_grid_at_once_and_leaves_no_lock(tmp_path):
     command += ["--parallel", "2", "--threads", "1", "--epochs", "400", "--out", str(out)]
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     start = time.monotonic()
-    while process.poll() is None and not list(out.glob("*/*/last.pt")) and time.monotonic() - start < 300:
+    # both runs of the first pair checkpointed (one alone may be ahead before the other has started)
+    while process.poll() is None and len(list(out.glob("*/*/last.pt"))) < 2 and time.monotonic() - start < 300:
         time.sleep(0.1)
     process.terminate()
     _, err = process.communicate(timeout=120)
