@@ -517,6 +517,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="runs/regimes", help="run directories (resumable)")
     parser.add_argument("--docs", default=None, help="where the docs go (default docs/; with --smoke, OUT/docs)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at once, one process each")
+    parser.add_argument(
+        "--threads", type=int, help="torch threads per run (default: the cores shared among --jobs; 1 for every run so far)"
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny model and subsets, 2 epochs: checks the pipeline")
     parser.add_argument("--only", nargs="+", metavar="INIT", help="train only the runs of these init labels (exact)")
     args = parser.parse_args(argv)
@@ -555,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
     if grids:
         print(f"{args.part}: {len(configs)} of {total} runs to train, {args.jobs} at a time", flush=True)
     if configs:
-        run_configs(configs, parallel=args.jobs, root=out)
+        run_configs(configs, parallel=args.jobs, threads=args.threads, root=out)
     every = calibrating + comparison + ablations + search
     write_docs(rows_of(out, every, regimes, docs), docs, regimes, args.data, args.smoke, bundle)
     print(f"done in {time.perf_counter() - start:.0f} s; {docs / 'regimes.md'}, {docs / 'regimes.csv'}")

@@ -73,7 +73,9 @@ def test_regime_study_smoke_calibrates_on_validation_and_resumes_from_its_ledger
     capsys.readouterr()
     assert study.main(fresh) == 0  # a checkout without run directories trains nothing the ledger holds
     assert "calibrate: 0 of 6 runs to train" in capsys.readouterr().out
-    assert study.main([*args, "--part", "compare", "--only", "timm"]) == 0  # one init's runs, first
+    assert study.main([*args, "--part", "compare", "--only", "timm", "--threads", "1"]) == 0  # one init's runs, first
+    timm_run = next((tmp_path / "out").glob("smoke/*/timm-seed0/config.yaml")).read_text()
+    assert "torch_threads: 1\n" in timm_run  # beside another grid on a 2-core CPU, as every run so far
     compared, searches = len(study.main_inits(norm)), len(study.SEARCH_INITS)  # one smoke seed each
     assert f"compare: 1 of {compared} runs to train" in capsys.readouterr().out
     for part, todo in (
