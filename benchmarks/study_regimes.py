@@ -518,7 +518,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--docs", default=None, help="where the docs go (default docs/; with --smoke, OUT/docs)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at once, one process each")
     parser.add_argument(
-        "--threads", type=int, help="torch threads per run (default: the cores shared among --jobs; 1 for every run so far)"
+        "--threads", type=int, help="torch threads a run (default: the cores shared among --jobs; runs so far: 1)"
     )
     parser.add_argument("--smoke", action="store_true", help="tiny model and subsets, 2 epochs: checks the pipeline")
     parser.add_argument("--only", nargs="+", metavar="INIT", help="train only the runs of these init labels (exact)")
