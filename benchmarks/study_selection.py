@@ -31,6 +31,7 @@ from structinit.studies.grid import run_configs, run_dir
 from structinit.studies.ledger import is_recorded, ledger_and_runs, read_ledger, write_generated_section, write_ledger
 from structinit.studies.results import results_markdown
 from structinit.training import TrainConfig
+from structinit.training.config_file import read_run_config
 
 ROOT = Path(__file__).resolve().parent.parent
 LEDGER = "selection-runs.jsonl"
@@ -38,6 +39,7 @@ TEACHER_CLASSES = ["airplane", "automobile", "bird", "cat", "deer"]
 STUDENT_CLASSES = ["dog", "frog", "horse", "ship", "truck"]
 TEACHER_MODEL = ("vit_small_patch16_224", dict(img_size=32, patch_size=4, depth=6))  # 384 wide, 6 heads
 STUDENT_MODEL = ("vit_small_patch16_224", dict(img_size=32, patch_size=4, depth=6, embed_dim=192, num_heads=3))
+STUDENT_SHOWN = "ViT w192 d6, patch 4 at 32 px"  # the tables' name for it: timm's name alone would say ViT-S/16
 TEACHERS = {"timm": "timm", "impulse": "impulse"}  # teacher name -> its init
 # student init -> (label, teacher): the baselines, selection (official and head-aware), selection with the
 # impulse Q/K on top, and selection from the impulse-initialised teacher
@@ -161,12 +163,12 @@ def rows_of(out: Path, docs: Path, sizes: Sizes) -> list[dict[str, Any]]:
 
 def tables(rows: list[dict[str, Any]]) -> str:
     """results.md's table per split, students of the impulse teacher shown as 'select (impulse teacher)'
-    and counted in the same cell."""
+    and counted in the same cell, the model by its sizes (STUDENT_SHOWN)."""
     shown = []
     for row in rows:
         impulse_teacher = row["grid"].startswith("students-impulse-teacher")
         init = "select (impulse teacher)" if impulse_teacher else row["init"]
-        shown.append({**row, "init": init, "recipe": row["split"]})
+        shown.append({**row, "init": init, "recipe": row["split"], "model": STUDENT_SHOWN})
     parts = []
     for split, name in (("val", "validation split (seed 0): to choose"), ("test", "test set: read once")):
         chosen = [r for r in shown if r["split"] == split]
@@ -176,17 +178,24 @@ def tables(rows: list[dict[str, Any]]) -> str:
 
 
 def teacher_table(out: Path) -> str:
-    """Each teacher's test top-1 on its own classes and its cost (the price of a selected init)."""
-    lines = ["| teacher | init | epochs | test top-1 (classes 0-4) | hours |", "|---|---|---|---|---|"]
+    """Each teacher's test top-1 on its own classes and its cost (the price of a selected init), where it ran."""
+    lines = [
+        "| teacher | init | epochs | test top-1 (classes 0-4) | hours | device |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, init in TEACHERS.items():
         path = out / "teachers" / name / "summary.json"
         if not path.exists():
-            lines.append(f"| {name} | {init} | - | not trained yet | - |")
+            lines.append(f"| {name} | {init} | - | not trained yet | - | - |")
             continue
         summary = json.loads(path.read_text())
         curve = [json.loads(line) for line in (path.parent / "metrics.jsonl").read_text().splitlines()]
         hours = sum(m["epoch_seconds"] for m in curve) / 3600
-        lines.append(f"| {name} | {init} | {summary['epochs_done']} | {summary['test_top1']:.2f} | {hours:.2f} |")
+        ran = read_run_config(path.parent / "config.yaml")[1] or {}
+        device = ran.get("device_name", "")
+        lines.append(
+            f"| {name} | {init} | {summary['epochs_done']} | {summary['test_top1']:.2f} | {hours:.3f} | {device} |"
+        )
     return "\n".join(lines) + "\n"
 
 
