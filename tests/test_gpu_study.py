@@ -68,3 +68,14 @@ def test_a_second_start_while_a_study_runs_is_refused_and_a_bad_verb_is_a_usage_
     assert f"gpu_study.sh: a study is still running (pid {running.pid}): poll it first" in refused.stderr
     usage = gpu_study(tmp_path, tmp_path, "stop")
     assert usage.returncode == 2 and usage.stderr.startswith("usage: gpu_study.sh start")
+
+
+def test_the_data_go_where_the_studies_default_data_spec_reads_them():
+    """A committed ledger row counts only under the --data spec it was trained with (it is part of the
+    recipe), so on the device machine the data must lie where the studies look by default."""
+    import re
+
+    unpacked = re.search(r"data=\$\{STUDY_DATA:-([^}]+)\}", SCRIPT.read_text()).group(1)
+    for study in ("study_regimes", "study_selection", "study_convergence"):
+        text = (SCRIPT.parent / f"{study}.py").read_text()
+        assert f'"--data", default="cifar10:{unpacked}"' in text, study
