@@ -8,8 +8,8 @@
 # spec is part of a run's recipe, so the committed ledger's rows count only under the same spec) and copies
 # docs/ to /tmp/study/docs (once each), so the study skips the runs its committed ledger already has; then
 # runs the study in the background with --data cifar10:../shared/datasets/cifar10 --out /tmp/study/runs
-# --docs /tmp/study/docs. Every poll copies to $OUT the log, the study's docs (its ledger, once it ends,
-# holds every run: copy it over docs/ here) and runs.tar.gz, each run's small files (no checkpoints), so a
+# --docs /tmp/study/docs. Every poll copies to $OUT the log, the study's docs it changed (its ledger, once it
+# ends, holds every run: copy it over docs/ here) and runs.tar.gz, each run's small files (no checkpoints), so a
 # lost machine loses little. STUDY_WORK and STUDY_DATA move /tmp/study and the data.
 set -euo pipefail
 work=${STUDY_WORK:-/tmp/study}
@@ -46,7 +46,9 @@ esac
 out=${OUT:-/tmp/study-out}
 mkdir -p "$out/docs"
 cp "$work/study.log" "$out/"
-cp "$work"/docs/*-runs.jsonl "$work"/docs/*.csv "$out/docs/" 2>/dev/null || true
+for f in "$work"/docs/*-runs.jsonl "$work"/docs/*.csv; do  # those the study changed: $OUT returns 8 files at most
+    if [ -f "$f" ] && ! cmp -s "$f" "docs/$(basename "$f")"; then cp "$f" "$out/docs/"; fi
+done
 if [ -d "$work/runs" ]; then
     tar -czf "$out/runs.tar.gz" -C "$work/runs" --exclude='*.pt' .
 fi

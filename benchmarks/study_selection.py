@@ -35,6 +35,7 @@ from structinit.training.config_file import read_run_config
 
 ROOT = Path(__file__).resolve().parent.parent
 LEDGER = "selection-runs.jsonl"
+FIGURE = "selection-students.png"
 TEACHER_CLASSES = ["airplane", "automobile", "bird", "cat", "deer"]
 STUDENT_CLASSES = ["dog", "frog", "horse", "ship", "truck"]
 TEACHER_MODEL = ("vit_small_patch16_224", dict(img_size=32, patch_size=4, depth=6))  # 384 wide, 6 heads
@@ -161,9 +162,12 @@ def rows_of(out: Path, docs: Path, sizes: Sizes) -> list[dict[str, Any]]:
     return ledger_and_runs(read_ledger(docs / LEDGER), out, cells, {g: g for g in grids})
 
 
-def tables(rows: list[dict[str, Any]]) -> str:
+def tables(rows: list[dict[str, Any]], docs: Path) -> str:
     """results.md's table per split, students of the impulse teacher shown as 'select (impulse teacher)'
-    and counted in the same cell, the model by its sizes (STUDENT_SHOWN)."""
+    and counted in the same cell, the model by its sizes (STUDENT_SHOWN); the test set's curves as a
+    figure in docs/figures."""
+    from structinit.studies.plots import plot_curves
+
     shown = []
     for row in rows:
         impulse_teacher = row["grid"].startswith("students-impulse-teacher")
@@ -174,6 +178,11 @@ def tables(rows: list[dict[str, Any]]) -> str:
         chosen = [r for r in shown if r["split"] == split]
         if chosen:
             parts.append(f"On the {name}:\n\n{results_markdown(chosen)}")
+    tested = [r for r in shown if r["split"] == "test"]
+    if tested:
+        (docs / "figures").mkdir(exist_ok=True)
+        plot_curves(tested, docs / "figures" / FIGURE)
+        parts.append(f"![the students' test curves: mean over seeds, band +-1 std](figures/{FIGURE})\n")
     return "\n".join(parts) or "No student has finished yet.\n"
 
 
@@ -231,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         run_configs(todo, args.jobs, root=out)
     rows = rows_of(out, docs, sizes)
     write_ledger(docs / LEDGER, rows)
-    body = f"### The teachers\n\n{teacher_table(out)}\n### The students\n\n{tables(rows)}"
+    body = f"### The teachers\n\n{teacher_table(out)}\n### The students\n\n{tables(rows, docs)}"
     write_generated_section(docs / "selection.md", body, "benchmarks/study_selection.py")
     print(f"done in {time.perf_counter() - start:.0f} s; {docs / 'selection.md'}")
     return 0

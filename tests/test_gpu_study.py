@@ -40,6 +40,7 @@ def test_a_study_runs_in_the_background_and_its_ledger_and_small_files_come_back
     repo = tmp_path / "repo"
     (repo / "docs").mkdir(parents=True)
     (repo / "docs" / "study-runs.jsonl").write_text("committed\n")
+    (repo / "docs" / "zz-runs.jsonl").write_text("another study's\n")  # unchanged: stays there
     (repo / "study.py").write_text(FAKE_STUDY)
     (tmp_path / "data" / "train").mkdir(parents=True)  # unpacked already: no .gpu-data needed
     data = f"cifar10:{tmp_path / 'data'}"
@@ -49,6 +50,7 @@ def test_a_study_runs_in_the_background_and_its_ledger_and_small_files_come_back
     assert (tmp_path / "out" / "docs" / "study-runs.jsonl").read_text() == f"committed\n{data}\n"
     with tarfile.open(tmp_path / "out" / "runs.tar.gz") as runs:
         names = runs.getnames()
+    assert sorted(p.name for p in (tmp_path / "out" / "docs").iterdir()) == ["study-runs.jsonl"]
     assert "./grid/run-seed0/summary.json" in names and not any(n.endswith(".pt") for n in names)
 
     second = gpu_study(repo, tmp_path, "start", "study.py", "--fail")  # goes on from the first's ledger
