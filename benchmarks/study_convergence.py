@@ -496,6 +496,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="runs/convergence", help="run directories (resumable)")
     parser.add_argument("--docs", default=None, help="where the docs go (default docs/; with --smoke, OUT/docs)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at once, one process each")
+    parser.add_argument("--threads", type=int, help="torch threads a run (default: the cores shared among --jobs)")
     parser.add_argument("--smoke", action="store_true", help="tiny model and subsets, 2 epochs: checks the pipeline")
     args = parser.parse_args(argv)
     if args.part == "sizing":
@@ -513,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     if runs:
         print(f"{args.part}: {len(configs)} of {len(runs)} runs to train, {args.jobs} at a time", flush=True)
     if configs:
-        run_configs(configs, parallel=args.jobs, root=out)
+        run_configs(configs, parallel=args.jobs, root=out, threads=args.threads)
     rows = rows_of(out, levers + protocol + extended, docs)
     write_docs(rows, docs, levers + protocol + extended, protocol)
     print(f"done in {time.perf_counter() - start:.0f} s; {docs / 'convergence.md'}, {docs / 'convergence.csv'}")

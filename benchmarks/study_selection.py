@@ -215,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="runs/selection", help="run directories (resumable)")
     parser.add_argument("--docs", default=None, help="where the docs go (default docs/; with --smoke, OUT/docs)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at once, one process each")
+    parser.add_argument("--threads", type=int, help="torch threads a run (default: the cores shared among --jobs)")
     parser.add_argument(
         "--teachers", default="timm,impulse", help="the teachers to train (one a session fits a 2-core CPU)"
     )
@@ -229,7 +230,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--teachers: no teacher {', '.join(sorted(unknown))}; the teachers are {', '.join(TEACHERS)}")
     if args.part == "teachers":
         configs = [teacher_config(name, args.data, out, sizes) for name in args.teachers.split(",")]
-        run_configs([c for c in configs if not (Path(c.out) / "summary.json").exists()], args.jobs, root=out)
+        run_configs(
+            [c for c in configs if not (Path(c.out) / "summary.json").exists()],
+            args.jobs,
+            root=out,
+            threads=args.threads,
+        )
     elif args.part == "students":
         ready = {n for n in TEACHERS if (out / "teachers" / n / "summary.json").exists()} | {None}
         if ready == {None}:
@@ -237,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         todo = [c for c in student_configs(args.data, out, docs, sizes, args.smoke) if teacher_of(c) in ready]
         teachers = ", ".join(sorted(n for n in ready if n))
         print(f"students: {len(todo)} runs to train (teachers here: {teachers})", flush=True)
-        run_configs(todo, args.jobs, root=out)
+        run_configs(todo, args.jobs, root=out, threads=args.threads)
     rows = rows_of(out, docs, sizes)
     write_ledger(docs / LEDGER, rows)
     body = f"### The teachers\n\n{teacher_table(out)}\n### The students\n\n{tables(rows, docs)}"

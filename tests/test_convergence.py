@@ -323,7 +323,9 @@ def test_smoke_convergence_study_runs_levers_on_validation_and_the_protocol_on_t
     data = make_imagefolder(tmp_path / "images", 32, per_class=12, classes=["a", "b", "c"])
     out = tmp_path / "conv"
     args = ["--smoke", "--data", f"imagefolder:{data}", "--out", str(out), "--jobs", "1"]
-    assert study.main([*args, "--part", "levers"]) == 0
+    assert study.main([*args, "--part", "levers", "--threads", "1"]) == 0
+    trained = list(out.glob("*/*/*/config.yaml"))
+    assert trained and all("torch_threads: 1\n" in p.read_text() for p in trained)  # beside another grid
     assert study.main([*args, "--part", "protocol"]) == 0
     with open(out / "docs" / "convergence.csv") as f:
         rows = list(csv.DictReader(f))

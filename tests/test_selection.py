@@ -277,7 +277,8 @@ def test_selection_study_smoke_trains_teachers_then_every_student_and_resumes_fr
     args = ["--smoke", "--data", f"imagefolder:{data}", "--out", str(tmp_path / "out"), "--jobs", "1"]
     with pytest.raises(SystemExit):  # students before any teacher: named, nothing trains
         study.main([*args, "--part", "students"])
-    assert study.main([*args, "--part", "teachers", "--teachers", "timm"]) == 0  # one teacher a session
+    assert study.main([*args, "--part", "teachers", "--teachers", "timm", "--threads", "1"]) == 0  # one a session
+    assert "torch_threads: 1\n" in (tmp_path / "out" / "teachers" / "timm" / "config.yaml").read_text()
     assert study.main([*args, "--part", "students"]) == 0
     ledger = tmp_path / "out" / "docs" / study.LEDGER
     rows = [json.loads(line) for line in ledger.read_text().splitlines()]
