@@ -112,16 +112,19 @@ MIMETIC = "mimetic[base=kaiming]"  # the mimetic of the published tables (the au
 # The search's choice, set by hand (docs/regimes.md): the candidates that cleared `kaiming` on the
 # validation split; each joins the comparison (test set, 3 seeds) as "the best setting found".
 SEARCH_CHOICE: list[str] = ["impulse[vproj=keep,base=kaiming,target_fidelity=0.09]"]  # val 61.52, seed 0
+# the soft settings' norm-matched controls (each head's Q/K at the setting's norm at init, on its base, no
+# structure), on the test set: does a lead over the base come from the structure or from the Q/K scale?
+SOFT_CONTROLS: list[str] = ["qk-norm[norm=2.8,base=kaiming]", "qk-norm[norm=4.0]"]  # SEARCH_CHOICE's, impulse-soft's
 
 
 def main_inits(control_norm: float) -> list[str]:
     """The comparison: the authors' baseline, timm's, mimetic, the paper's impulse (on timm's base, and the
     authors' own code on theirs), the 64-token soft setting, and the bundle without its structure at
-    the impulse init's own per-head Q/K norm; and the search's choice. Listed in the order they train
-    within a seed: the paper's method (and the best setting found) and the baselines it must beat first,
-    so that a partial grid answers the main question."""
+    the impulse init's own per-head Q/K norm; the search's choice; the soft settings' norm-matched
+    controls. Listed in the order they train within a seed: the paper's method (and the best setting
+    found) and the baselines it must beat first, so that a partial grid answers the main question."""
     others = [MIMETIC, "kaiming", "timm", control(control_norm), "impulse-authors", "impulse-soft"]
-    return ["impulse", *SEARCH_CHOICE, *others]
+    return ["impulse", *SEARCH_CHOICE, *others, *SOFT_CONTROLS]
 
 
 def control(norm: float) -> str:

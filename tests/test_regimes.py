@@ -93,7 +93,9 @@ def test_regime_study_smoke_calibrates_on_validation_and_resumes_from_its_ledger
     tested = {r["init"] for r in rows if r["split"] == "test"}
     searched = {(r["init"], r["seed"]) for r in rows if r["init"] in study.SEARCH_INITS and r["split"] == "val"}
     assert searched == {(i, "0") for i in study.SEARCH_INITS}  # chosen among on the validation split
-    assert tested & set(study.SEARCH_INITS) == set(study.SEARCH_CHOICE)  # only the choice goes to the test set
+    # of the search's candidates only the choice goes to the test set, with its norm-matched control
+    assert tested & set(study.SEARCH_INITS) == {*study.SEARCH_CHOICE, study.SOFT_CONTROLS[0]}
+    assert set(study.SOFT_CONTROLS) <= tested
     repeats = {f"qk-norm[norm=None,pos_scale=18,base={base}]" for base in ("timm", "kaiming")}
     assert study.repeats_its_base(study.SMOKE_REGIME, f"imagefolder:{data}", norm) == repeats
     assert tested == {*study.main_inits(norm), *study.ablation_inits(norm)} - repeats
