@@ -305,3 +305,23 @@ def test_selection_study_smoke_trains_teachers_then_every_student_and_resumes_fr
     for grid in ("students", "students-val", "students-impulse-teacher", "students-impulse-teacher-val"):
         shutil.rmtree(tmp_path / "out" / grid)
     assert study.student_configs(f"imagefolder:{data}", tmp_path / "out", ledger.parent, study.SMOKE, True) == []
+
+
+def test_a_torchvision_vit_selects_by_name_too_and_the_head_rule_is_refused_there():
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    def tv(layers: int, heads: int, width: int) -> VisionTransformer:
+        torch.manual_seed(width)
+        return VisionTransformer(16, 4, layers, heads, width, 2 * width, num_classes=5)
+
+    teacher, student = tv(3, 4, 32), tv(2, 2, 16)
+    head = {k: v.clone() for k, v in student.heads.state_dict().items()}
+    structinit.initialize(student, "select", teacher=teacher, seed=0)
+    source = teacher.state_dict()
+    for name, tensor in student.state_dict().items():
+        if name.startswith("heads."):
+            assert torch.equal(tensor, head[name.removeprefix("heads.")])  # the classifier is the student's
+        else:
+            assert np.array_equal(tensor.numpy(), expected(source[name].numpy(), tuple(tensor.shape))), name
+    with pytest.raises(ValueError, match=r"^rule=heads knows timm's ViT attention .*: use rule=uniform$"):
+        structinit.initialize(tv(2, 2, 16), "select[rule=heads]", teacher=teacher, teacher_heads=4)
