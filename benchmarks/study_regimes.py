@@ -171,6 +171,16 @@ def ablation_inits(control_norm: float) -> list[str]:
     return [on_base(label, base) for base in BASES for label in bundle_parts(control_norm).values()]
 
 
+def close_parts(control_norm: float) -> list[str]:
+    """The ablations whose seed-0 runs are within a seed's spread of each other, which a second seed
+    decides between (the issue: one seed each, two where close): on timm's base, the impulse Q/K alone
+    (57.06) against the Q/K norm alone (57.55): is the Q/K's gain there its structure or its norm?"""
+    return [
+        on_base(bundle_parts(control_norm)["the impulse Q/K"], "timm"),
+        on_base(f"qk-norm[norm={control_norm}]", "timm"),
+    ]
+
+
 def repeats_its_base(regime: Regime, data: str, control_norm: float) -> frozenset[str]:
     """The ablation labels that initialise the regime's model (seed 0) bit for bit as their base's plain
     init does: their run would repeat the base's, so it is not trained (the position-embedding scale on
@@ -542,7 +552,10 @@ def main(argv: list[str] | None = None) -> int:
         norm = matched_norm(regimes[chosen], args.data)
         comparison = [Grid(chosen, main_inits(norm), SEEDS[:1] if args.smoke else SEEDS, val=False)]
         repeats = repeats_its_base(regimes[chosen], args.data, norm)
-        ablations = [Grid(chosen, [init for init in ablation_inits(norm) if init not in repeats], [0], val=False)]
+        ablations = [
+            Grid(chosen, [init for init in ablation_inits(norm) if init not in repeats], [0], val=False),
+            Grid(chosen, close_parts(norm), [1], val=False),
+        ]
         search = [Grid(chosen, SEARCH_INITS, [0], val=True)]
         bundle = (chosen, norm, repeats)
     elif args.part in ("compare", "ablate", "search"):

@@ -80,7 +80,7 @@ def test_regime_study_smoke_calibrates_on_validation_and_resumes_from_its_ledger
     assert f"compare: 1 of {compared} runs to train" in capsys.readouterr().out
     for part, todo in (
         ("compare", f"{compared - 1} of {compared}"),
-        ("ablate", "6 of 6"),  # the position-embedding scale is a no-op on a sin-cos table: not trained
+        ("ablate", "8 of 8"),  # x18 is a no-op on a sin-cos table: not trained; the close pair's second seed
         ("search", f"{searches} of {searches}"),
     ):
         assert study.main([*args, "--part", part]) == 0
@@ -91,6 +91,8 @@ def test_regime_study_smoke_calibrates_on_validation_and_resumes_from_its_ledger
     with open(docs / "regimes.csv") as f:
         rows = list(csv.DictReader(f))
     tested = {r["init"] for r in rows if r["split"] == "test"}
+    second = {r["init"] for r in rows if r["seed"] == "1" and r["split"] == "test"}
+    assert second == set(study.close_parts(norm))  # the ablation's second seed where close
     searched = {(r["init"], r["seed"]) for r in rows if r["init"] in study.SEARCH_INITS and r["split"] == "val"}
     assert searched == {(i, "0") for i in study.SEARCH_INITS}  # chosen among on the validation split
     # of the search's candidates only the choice goes to the test set, with its norm-matched control
