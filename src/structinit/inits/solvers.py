@@ -31,6 +31,7 @@ class PseudoInput:
     def __init__(self, x: torch.Tensor, rcond: float) -> None:
         self.x = x.detach().double().cpu()
         u, s, vh = torch.linalg.svd(self.x, full_matrices=False)
+        u, v = fixed_signs(u, vh.T)  # the codes are U's columns: their signs decide the weights
         # Directions with singular values below rcond x the largest are not inverted (as numpy's lstsq
         # `rcond`). At least float32 precision: a LayerNorm output has an exact null direction, the
         # all-ones vector. More for ill-conditioned inputs: weights that read a direction the pseudo
@@ -38,7 +39,7 @@ class PseudoInput:
         # The offset solve may go below rcond (down to 1e-5) where the directions above it cannot
         # reach its fidelity (solve_offset); everything else uses the first `rank` directions.
         usable = s > s[0] * 1e-5
-        self._u, self._s, self._v = u[:, usable], s[usable], vh[usable].T
+        self._u, self._s, self._v = u[:, usable], s[usable], v[:, usable]
         self.rank = int((s > s[0] * max(rcond, 1e-5)).sum())
         self._solved: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -123,11 +124,14 @@ def closed_form(
     gauss = torch.empty(len(offsets), head_dim, width, dtype=torch.float64).normal_(generator=generator)
     if zero_mean:
         gauss -= gauss.mean(1, keepdim=True)
-    rotations = torch.linalg.qr(gauss)[0].transpose(1, 2).float()  # (heads, width, head_dim), orthonormal rows
+    basis, triangle = torch.linalg.qr(gauss)
+    # the QR with R's diagonal positive, which is unique: kernels differ in the signs they return
+    basis = basis * triangle.diagonal(dim1=-2, dim2=-1).sign().unsqueeze(-2)
+    rotations = basis.transpose(1, 2)  # (heads, width, head_dim), orthonormal rows
     root = 1.0 / math.sqrt(scale)
-    q = torch.stack([q for q, _ in solved]).float() @ rotations
-    k = torch.stack([k for _, k in solved]).float() @ rotations
-    return q * root, k * root
+    q = torch.stack([q for q, _ in solved]) @ rotations  # in float64: rounded once, the same on every CPU
+    k = torch.stack([k for _, k in solved]) @ rotations
+    return (q * root).float(), (k * root).float()
 
 
 def authors_closed_form(
@@ -149,14 +153,16 @@ def authors_closed_form(
     """
     x = pseudo.x[num_prefix:]
     u, s, vh = torch.linalg.svd(x, full_matrices=False)
-    u, s, v = u[:, :head_dim], s[:head_dim], vh[:head_dim].T
+    u, v = fixed_signs(u[:, :head_dim], vh[:head_dim].T)
+    s = s[:head_dim]
     maps = impulse_maps(offsets, grid).double()
     noise = torch.empty(maps.shape, dtype=torch.float64).normal_(0.0, 0.6, generator=generator).clamp_(-2.0, 2.0)
     logits = 1000.0 * maps + 3.0 * noise * (maps == 0)
     core = (u.T @ logits @ u) / s.view(-1, 1) / s.view(1, -1)
     cu, cs, cvh = torch.linalg.svd(core)
+    cu, cv = fixed_signs(cu, cvh.transpose(-1, -2))
     q = v @ cu * cs.sqrt().unsqueeze(-2)
-    k = v @ cvh.transpose(-1, -2) * cs.sqrt().unsqueeze(-2)
+    k = v @ cv * cs.sqrt().unsqueeze(-2)
     q = q / q.norm(dim=(1, 2), keepdim=True) * qk_scale
     k = k / k.norm(dim=(1, 2), keepdim=True) * qk_scale
     return q.float(), k.float()
@@ -190,24 +196,33 @@ def mean_target_mass(logits: torch.Tensor, target: torch.Tensor, valid: torch.Te
     return (mass * valid).sum(-1) / valid.sum(-1).clamp_min(1)
 
 
+def fixed_signs(u: torch.Tensor, *others: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """`u` (..., m, r) and `others` (..., n, r) with each column's sign flipped where u's largest entry
+    is negative: a factorisation's columns are fixed up to sign, and LAPACK kernels differ in the signs
+    they return, while the weights must not."""
+    largest = u.gather(-2, u.abs().argmax(-2, keepdim=True)).sign()
+    largest[largest == 0] = 1
+    return u * largest, *(other * largest for other in others)
+
+
 def balanced_factors(m: torch.Tensor, rank: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Factors L (..., D, r), R (..., D', r), float32, with L R^T the best rank-r approximation of m.
 
     L = U sqrt(S), R = V sqrt(S) as from the SVD, computed from the eigendecomposition of m m^T
-    (about twice as fast as an SVD on a CPU); R = m^T U / sqrt(S) keeps L R^T = U U^T m exact. Each
-    U column's sign is fixed (its largest entry positive): LAPACK builds differ in the signs they
-    return, and the weights must not.
+    (about twice as fast as an SVD on a CPU); R = m^T U / sqrt(S) keeps L R^T = U U^T m exact, with
+    U's signs fixed. In float64: the singular values of alpha Z + beta I crowd, so
+    float32 factors moved by 2e-5 with a CPU's rounding, while float64 ones round to the same float32
+    weights on every kernel path measured but for a rare last bit (docs/methods.md).
     """
     rank = rank or m.shape[-2]
-    m = m.float()  # float32 halves the time; the factors are weights, stored in float32 anyway
+    m = m.double()
     evals, evecs = torch.linalg.eigh(m @ m.transpose(-1, -2))
     evals, evecs = evals.flip(-1)[..., :rank], evecs.flip(-1)[..., :rank]
-    largest = evecs.gather(-2, evecs.abs().argmax(-2, keepdim=True))
-    evecs = evecs * largest.sign()
+    (evecs,) = fixed_signs(evecs)
     root = evals.clamp_min(evals[..., :1] * 1e-12).sqrt().sqrt()  # S^(1/2)
     left = evecs * root.unsqueeze(-2)
     right = (m.transpose(-1, -2) @ evecs) / root.unsqueeze(-2)
-    return left, right
+    return left.float(), right.float()
 
 
 def refine(

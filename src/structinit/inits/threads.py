@@ -36,5 +36,7 @@ def parallel_map(function: Callable[[Any], Any], items: list[Any]) -> list[Any]:
     of 1.9 s beside a busy process), while independent single-threaded ops just share the cores.
     One thread per op also makes the init's numbers independent of torch's thread count."""
     workers = max(1, min(_WORKERS.get() or torch.get_num_threads(), len(items)))
-    with ThreadPoolExecutor(workers) as pool:
+    # a new thread starts at the process's default thread count, not the caller's one: without this each
+    # worker's LAPACK call ran on every core beside the others, and its result depended on who won
+    with ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
         return list(pool.map(function, items))
