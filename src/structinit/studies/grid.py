@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from ..files import refuse_link
 from ..training.config_file import read_config
 from ..training.identity import identity
 from ..training.lock import RunLock
@@ -78,7 +79,10 @@ RESULT_FILES = ("results.csv", "results.md", "curves.png", "summary.png")
 
 
 def _check_grid_directory(out: Path) -> None:
-    """Refuse to write a grid's results over files of those names in a directory that holds no grid."""
+    """Refuse to write a grid's results over files of those names in a directory that holds no grid,
+    and a link where the grid writes them (or its jobs/): it would write outside the grid."""
+    for name in (*RESULT_FILES, "jobs"):
+        refuse_link(out / name)
     present = [name for name in RESULT_FILES if (out / name).exists()]
     if present and not any(written_by_a_run(p) for p in out.glob("*/*/config.yaml")):
         raise RunError(
@@ -109,8 +113,18 @@ def run_configs(
     ignored: `cluster.parallel` bounds the jobs at once) and `threads` defaults to cluster.cpus_per_run."""
     with RunLock(root, "grid") if root is not None else contextlib.nullcontext():
         for config in configs:
+            _refuse_links_to(Path(config.out), root)
             _check_same_recipe(config, rerun)
         _run_all(configs, parallel, threads, root, cluster)
+
+
+def _refuse_links_to(run: Path, root: Path | None) -> None:
+    """Refuse a link on the way from the grid's directory to a run of it (its setting's folder, its own):
+    the run would be written outside the grid."""
+    if root is not None:
+        below = len(run.relative_to(root).parts)  # the run's folder and those between it and the grid's
+        for folder in [run, *run.parents][:below]:
+            refuse_link(folder)
 
 
 def _check_same_recipe(config: TrainConfig, rerun: bool) -> None:

@@ -1,0 +1,125 @@
+"""Runs you can trust, round three: nothing is written through a link planted where the tool writes (a
+run's or a grid's directory, a figure), init labels never become paths, and nothing the tool did not
+write is replaced or deleted. Tiny runs on the digits."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from structinit.cli import main
+from structinit.studies.grid import compare
+from structinit.training import TrainConfig, train
+
+FAST = dict(data="digits", per_class=20, model="vit_digits", model_kwargs={"depth": 2}, batch_size=50, quiet=True)
+FLAGS = ["--per-class", "20", "--model-kwargs", "depth=2", "--batch-size", "50", "--quiet"]
+
+
+def one_line(capsys, *fragments: str) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    for fragment in fragments:
+        assert fragment in err, err
+    return err
+
+
+def state(path: Path) -> object:
+    """What is at `path`, to compare before and after: a file's bytes, a folder's listing, or nothing."""
+    if path.is_dir():
+        return sorted(p.name for p in path.iterdir())
+    return path.read_bytes() if path.exists() else None
+
+
+def plant(where: Path, outside: Path, kind: str = "file") -> Path:
+    """A link at `where` to `outside`: a file of someone else's, a folder holding one, or nothing yet
+    ('dangling')."""
+    outside.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "file":
+        outside.write_bytes(b"someone else's file\n")
+    elif kind == "folder":
+        outside.mkdir()
+        (outside / "mine.txt").write_text("someone else's")
+    where.symlink_to(outside)
+    return outside
+
+
+def assert_untouched(capsys, link: Path, outside: Path, before: object) -> None:
+    """Refused in one line naming the link, which stays a link, its target as it was."""
+    one_line(capsys, f"{link} is a link", "move it away")
+    assert link.is_symlink() and state(outside) == before
+
+
+# --- nothing is written through a link --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [(".lock", "file"), ("metrics.jsonl", "dangling"), ("snapshots", "folder"), ("summary.json", "dangling")],
+)
+def test_a_fresh_run_writes_nothing_through_a_link_in_its_directory(tmp_path, capsys, name, kind):
+    run = tmp_path / "run"
+    run.mkdir()
+    outside = plant(run / name, tmp_path / "elsewhere" / name, kind)
+    before = state(outside)
+    assert main(["train", *FLAGS, "--epochs", "1", "--snapshot-epochs", "0", "--out", str(run)]) == 2
+    assert_untouched(capsys, run / name, outside, before)
+
+
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory) -> Path:
+    """A run of 2 epochs stopped after the first, copied by the tests that resume it."""
+    run = tmp_path_factory.mktemp("stopped") / "run"
+    train(TrainConfig(**FAST, epochs=2, stop_after=1, out=str(run)))
+    return run
+
+
+@pytest.mark.parametrize("name", [".lock", "metrics.jsonl", "last.pt", "snapshots"])
+def test_a_resume_writes_nothing_through_a_link_in_its_directory(stopped, tmp_path, capsys, name):
+    run = tmp_path / "run"
+    shutil.copytree(stopped, run)
+    outside = tmp_path / "elsewhere" / name
+    if name in ("metrics.jsonl", "last.pt"):  # the run's own file, moved out and linked back
+        outside.parent.mkdir()
+        (run / name).rename(outside)
+        (run / name).symlink_to(outside)
+    else:
+        plant(run / name, outside, "file" if name == ".lock" else "folder")
+    before = state(outside)
+    assert main(["train", "--resume", "--out", str(run), "--snapshot-epochs", "2", "--quiet"]) == 2
+    assert_untouched(capsys, run / name, outside, before)
+
+
+@pytest.fixture(scope="module")
+def finished_grid(tmp_path_factory) -> Path:
+    """A finished grid of one 1-epoch run (timm, seed 0, 10 per class), copied by the tests."""
+    out = tmp_path_factory.mktemp("grid") / "grid"
+    compare(TrainConfig(**FAST, epochs=1), ["timm"], [0], [10], out)
+    return out
+
+
+GRID = ["compare", "--per-class", "10", "--model-kwargs", "depth=2", "--batch-size", "50", "--quiet", "--epochs", "1"]
+GRID += ["--inits", "timm"]
+
+
+@pytest.mark.parametrize("name", [".lock", "results.csv", "results.md", "curves.png", "per_class_10"])
+def test_compare_writes_nothing_through_a_link_in_its_grid(finished_grid, tmp_path, capsys, name):
+    grid = tmp_path / "grid"
+    shutil.copytree(finished_grid, grid)
+    outside = tmp_path / "elsewhere" / name
+    if name == "per_class_10":  # the setting's folder, moved out and linked back: seed 1 would train there
+        outside.parent.mkdir()
+        (grid / name).rename(outside)
+        (grid / name).symlink_to(outside)
+    else:
+        (grid / name).unlink(missing_ok=True)
+        plant(grid / name, outside)
+    before = state(outside)
+    assert main([*GRID, "--seeds", "0,1", "--out", str(grid)]) == 2
+    assert_untouched(capsys, grid / name, outside, before)
+
+
+def test_a_figure_is_not_written_through_a_link(stopped, tmp_path, capsys):
+    figure = tmp_path / "attention.png"
+    outside = plant(figure, tmp_path / "elsewhere" / "mine.png")
+    assert main(["attention", str(stopped), "--images", "4", "--out", str(figure)]) == 2
+    assert_untouched(capsys, figure, outside, b"someone else's file\n")
