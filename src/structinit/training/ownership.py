@@ -139,9 +139,9 @@ def _run_names(out: Path) -> list[Path]:
 
 
 def refuse_links(out: Path) -> None:
-    """Refuse, in one line naming it, a link in `out` where a run writes (a file of its, its snapshots/ or
-    tensorboard/ folder): the run would write, replace or delete through it, outside its directory."""
-    for path in [*_run_names(out), out / "snapshots", out / "tensorboard"]:
+    """Refuse, in one line naming it, a link in `out` where a run writes (a file of its, its snapshots/,
+    tensorboard/ or wandb/ folder): the run would write, replace or delete through it, outside its directory."""
+    for path in [*_run_names(out), out / "snapshots", out / "tensorboard", out / "wandb"]:
         refuse_link(path)
 
 
