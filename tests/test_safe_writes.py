@@ -2,12 +2,15 @@
 run's or a grid's directory, a figure), init labels never become paths, and nothing the tool did not
 write is replaced or deleted. Tiny runs on the digits."""
 
+import csv
 import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from structinit.cli import main
+from structinit.models import create_model
 from structinit.studies.grid import compare
 from structinit.training import TrainConfig, train
 
@@ -123,3 +126,47 @@ def test_a_figure_is_not_written_through_a_link(stopped, tmp_path, capsys):
     outside = plant(figure, tmp_path / "elsewhere" / "mine.png")
     assert main(["attention", str(stopped), "--images", "4", "--out", str(figure)]) == 2
     assert_untouched(capsys, figure, outside, b"someone else's file\n")
+
+
+# --- init labels are not paths ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def teacher(tmp_path) -> Path:
+    """Weights of the grid's model, as the teacher of a select label."""
+    model = create_model("vit_digits", num_classes=10, in_chans=1, data_size=8, depth=2)
+    torch.save(model.state_dict(), tmp_path / "t.pth")
+    return tmp_path / "t.pth"
+
+
+def labels_in(grid: Path) -> list[str]:
+    with open(grid / "results.csv") as f:
+        return sorted(row["init"] for row in csv.DictReader(f))
+
+
+def test_a_label_that_reads_as_a_path_trains_its_run_inside_the_grid(teacher, tmp_path, monkeypatch, capsys):
+    here = tmp_path / "a" / "b" / "c"
+    here.mkdir(parents=True)
+    monkeypatch.chdir(here)
+    label = "select[teacher=../../../t.pth]"  # the teacher, three folders up
+    assert main([*GRID, "--seeds", "0", "--inits", label, "--out", "grid"]) == 0
+    assert "1 runs;" in capsys.readouterr().out
+    assert labels_in(here / "grid") == [label]
+    assert [p.name for p in here.iterdir()] == ["grid"]  # nothing made beside the grid
+    (run,) = (here / "grid" / "per_class_10").iterdir()  # one folder, one level down
+    assert (run / "summary.json").exists() and run.name.startswith("select-teacher-t-pth-")
+
+
+def test_every_label_of_a_grid_is_tabulated_and_a_run_named_by_its_label_stays_where_it_is(teacher, tmp_path, capsys):
+    (tmp_path / "escape").mkdir()
+    teacher.rename(tmp_path / "escape" / "t.pth")
+    inits = ["timm", f"select[teacher={tmp_path}/escape/t.pth]", "impulse[kernel_size=5]"]
+    grid = tmp_path / "grid"
+    assert main([*GRID, "--seeds", "0", "--inits", ",".join(inits), "--out", str(grid)]) == 0
+    assert labels_in(grid) == sorted(inits)
+    folders = grid / "per_class_10"
+    hashed = next(p for p in folders.iterdir() if p.name.startswith("impulse-kernel_size-5-"))
+    hashed.rename(folders / "impulse[kernel_size=5]-seed0")  # as structinit 0.2 named it
+    before = sorted(p.name for p in folders.iterdir())
+    assert main([*GRID, "--seeds", "0", "--inits", ",".join(inits), "--out", str(grid)]) == 0
+    assert labels_in(grid) == sorted(inits) and sorted(p.name for p in folders.iterdir()) == before

@@ -197,7 +197,7 @@ def run_upgrade(args: argparse.Namespace) -> int:
 
 def run_demo(args: argparse.Namespace) -> int:
     from ..inspection.attention import attention_figure
-    from ..studies.grid import compare
+    from ..studies.grid import compare, run_dir
 
     out = Path(args.out)
     base = TrainConfig(data="digits", model="vit_digits", epochs=args.epochs, quiet=args.quiet)
@@ -206,8 +206,8 @@ def run_demo(args: argparse.Namespace) -> int:
     rows = compare(base, ["timm", "mimetic", *structured], int_list(args.seeds, "--seeds"), [None], out)
     seed = int_list(args.seeds, "--seeds")[0]
     for init in structured:
-        attention_figure(str(out / "full" / f"{init}-seed{seed}"), at_init=True, out=out / f"attention-{init}-init.png")
-        attention_figure(str(out / "full" / f"{init}-seed{seed}"), out=out / f"attention-{init}.png")
+        attention_figure(str(run_dir(out, None, init, seed)), at_init=True, out=out / f"attention-{init}-init.png")
+        attention_figure(str(run_dir(out, None, init, seed)), out=out / f"attention-{init}.png")
     print((out / "results.md").read_text(), end="")
     print(
         f"{len(rows)} runs in {out}: results.md, results.csv, curves.png, summary.png, "

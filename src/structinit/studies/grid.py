@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import multiprocessing
 import os
+import re
 import signal
 import threading
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -30,10 +32,21 @@ from ..training.settings import TrainConfig, flag
 from .launch import Cluster, LocalJob, run_on_cluster
 from .results import REPORT_FIX, collect, write_results
 
+# an init label that is a folder name as it is: a method or variant without options (timm, impulse-soft)
+PLAIN_LABEL = re.compile(r"^[A-Za-z0-9_-]+$")
+
 
 def run_dir(out: Path, per_class: int | None, init: str, seed: int) -> Path:
-    setting = f"per_class_{per_class}" if per_class else "full"
-    return out / setting / f"{init}-seed{seed}"
+    """The folder of a grid's run: OUT/full or OUT/per_class_K, then NAME-seedS, where NAME is the init
+    label if it is a plain name, else a slug of it and a hash of the whole label (options may hold '/' or
+    '..': a label is never a path). The label itself is in the run's record (config.yaml), which is what
+    results read. A run that structinit 0.2 named by its label as it is stays where it is."""
+    setting = out / (f"per_class_{per_class}" if per_class else "full")
+    named = setting / f"{init}-seed{seed}"
+    if PLAIN_LABEL.match(init) or (named.parent == setting and named.is_dir()):
+        return named
+    slug = re.sub(r"[^A-Za-z0-9_]+", "-", init).strip("-")[:40]
+    return setting / f"{slug}-{hashlib.sha256(init.encode()).hexdigest()[:10]}-seed{seed}"
 
 
 def compare(
