@@ -4,11 +4,14 @@ write is replaced or deleted. Tiny runs on the digits."""
 
 import csv
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from conftest import make_imagefolder
 from structinit.cli import main
 from structinit.models import create_model
 from structinit.studies.grid import compare
@@ -170,3 +173,83 @@ def test_every_label_of_a_grid_is_tabulated_and_a_run_named_by_its_label_stays_w
     before = sorted(p.name for p in folders.iterdir())
     assert main([*GRID, "--seeds", "0", "--inits", ",".join(inits), "--out", str(grid)]) == 0
     assert labels_in(grid) == sorted(inits) and sorted(p.name for p in folders.iterdir()) == before
+
+
+# --- nothing the tool did not write is replaced or deleted ----------------------------------------------------
+
+INIT = ["init", "vit_digits", "--model-kwargs", "depth=1,num_classes=10,in_chans=1,img_size=8", "--init", "timm"]
+
+
+@pytest.mark.parametrize("flag", ["--save", "--json"])
+def test_init_replaces_an_existing_file_only_with_overwrite(stopped, tmp_path, capsys, flag):
+    checkpoint = tmp_path / ("last.pt" if flag == "--save" else "init.json")
+    shutil.copyfile(stopped / "last.pt", checkpoint)  # a training checkpoint, say
+    before = checkpoint.read_bytes()
+    other = ["--json", str(tmp_path / "report.json")] if flag == "--save" else ["--save", str(tmp_path / "w.pt")]
+    assert main([*INIT, flag, str(checkpoint), *other]) == 2
+    one_line(capsys, f"{flag} {checkpoint} exists", "--overwrite")
+    assert checkpoint.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == [checkpoint.name]
+    assert main([*INIT, flag, str(checkpoint), *other, "--overwrite"]) == 0
+    assert checkpoint.read_bytes() != before
+    link = tmp_path / ("link.pt" if flag == "--save" else "link.json")
+    link.symlink_to(checkpoint)
+    kept = checkpoint.read_bytes()
+    assert main([*INIT, flag, str(link), "--overwrite"]) == 2  # nor through a link, even when asked
+    assert_untouched(capsys, link, checkpoint, kept)
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended."""
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(done.stdout)
+
+
+def test_a_config_files_cache_dir_loses_no_file_that_only_looks_like_a_temporary(tmp_path):
+    root = make_imagefolder(tmp_path / "data", 8, per_class=4)
+    cache = tmp_path / "mine"  # a folder of the user's, named as the cache in a -c file
+    cache.mkdir()
+    dead = dead_pid()
+    theirs = [cache / f".images-notes.tmp{dead}", cache / f".images-0123456789abcdef.pt.tmp{dead}"]
+    for path in theirs:
+        path.write_text("someone else's")
+    settings = tmp_path / "settings.yaml"
+    settings.write_text(f"data: imagefolder:{root}\ncache_dir: {cache}\nmodel_kwargs: {{depth: 1}}\nbatch_size: 4\n")
+    argv = ["train", "-c", str(settings), "--epochs", "1", "--quiet"]
+    assert main([*argv, "--out", str(tmp_path / "run")]) == 0
+    assert all(path.read_text() == "someone else's" for path in theirs)
+    stale = []  # the interrupted writes of the splits' caches, left by kill -9: the tool's own, removed
+    for own in cache.glob("images-*.pt"):
+        stale.append(own.with_name(f".{own.name}.tmp{dead}"))
+        stale[-1].write_bytes(b"half")
+        own.unlink()
+    assert main([*argv, "--out", str(tmp_path / "again")]) == 0
+    assert stale and not any(p.exists() for p in stale) and all(p.read_text() == "someone else's" for p in theirs)
+
+
+@pytest.mark.parametrize("given", ["-c", "--out"])
+def test_a_lock_file_of_someone_elses_is_neither_written_nor_deleted(tmp_path, capsys, given):
+    out = tmp_path / "project"
+    out.mkdir()
+    (out / ".lock").write_text("held by my editor\n")
+    (tmp_path / "settings.yaml").write_text(f"out: {out}\nper_class: 20\nepochs: 1\n")
+    where = ["-c", str(tmp_path / "settings.yaml")] if given == "-c" else ["--out", str(out), "--epochs", "1"]
+    assert main(["train", *FLAGS, *where]) == 2
+    one_line(capsys, f"{out / '.lock'} is not a lock of structinit's", "move it away")
+    assert [p.name for p in out.iterdir()] == [".lock"] and (out / ".lock").read_text() == "held by my editor\n"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", *FLAGS, "--epochs", "1", "--out", ""],
+        ["train", *FLAGS, "--epochs", "1", "-c", "settings.yaml"],  # out: ''
+        [*GRID, "--seeds", "0", "--out", ""],
+    ],
+    ids=["--out", "-c", "compare"],
+)
+def test_an_empty_out_is_refused_and_nothing_is_written_here(tmp_path, monkeypatch, capsys, argv):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "settings.yaml").write_text("out: ''\n")
+    assert main(argv) == 2
+    one_line(capsys, "--out is empty")
+    assert [p.name for p in tmp_path.iterdir()] == ["settings.yaml"]

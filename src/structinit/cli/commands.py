@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ..files import refuse_link
 from ..inits.labels import DEFAULT, InitSpec, parse_assignments, split_top_level
 from ..inits.registry import METHODS
 from ..models import PRESETS
@@ -66,6 +67,9 @@ def run_init(args: argparse.Namespace) -> int:
         check_init_path(args.save)
         if args.json and Path(args.json).absolute() == Path(args.save).absolute():
             raise ValueError(f"--json and --save both name {args.save}: give the report another file")
+    for name, path in (("--save", args.save), ("--json", args.json)):
+        if path:
+            check_new_file(name, Path(path), args.overwrite)
     model_kwargs = parse_assignments(args.model_kwargs, "--model-kwargs")
     spec = InitSpec.parse(args.init)
     if spec.is_default:
@@ -87,6 +91,14 @@ def run_init(args: argparse.Namespace) -> int:
     if args.json:
         atomic_write_text(Path(args.json), json.dumps({**report.to_dict(), "weights_sha256": digest}, indent=2))
     return 0
+
+
+def check_new_file(name: str, path: Path, overwrite: bool) -> None:
+    """Before any work: the file of flag `name` replaces an existing one (a checkpoint, say) only with
+    --overwrite, and is never written through a link."""
+    refuse_link(path)
+    if path.exists() and not overwrite:
+        raise ValueError(f"{name} {path} exists: give another file, or add --overwrite to replace it")
 
 
 def check_seed(seed: int) -> None:
@@ -235,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     from ..errors import RunError
 
     args = build_parser().parse_args(argv)
+    if getattr(args, "out", None) == "":  # Path("") is the current directory
+        return fail(args.command, "--out is empty: name where to write, e.g. --out runs/mine")
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)  # kill: cleaned up and reported as Ctrl-C is
     try:
