@@ -124,6 +124,17 @@ def test_compare_writes_nothing_through_a_link_in_its_grid(finished_grid, tmp_pa
     assert_untouched(capsys, grid / name, outside, before)
 
 
+def test_compare_removes_the_temporaries_its_interrupted_results_left_and_nothing_else(finished_grid, tmp_path):
+    grid = tmp_path / "grid"
+    shutil.copytree(finished_grid, grid)
+    dead = dead_pid()
+    ours, theirs = grid / f".results.csv.tmp{dead}", grid / f".results.txt.tmp{dead}"
+    for path in (ours, theirs):
+        path.write_text("half")
+    assert main([*GRID, "--seeds", "0", "--out", str(grid)]) == 0
+    assert not ours.exists() and theirs.read_text() == "half"
+
+
 def test_a_figure_is_not_written_through_a_link(stopped, tmp_path, capsys):
     figure = tmp_path / "attention.png"
     outside = plant(figure, tmp_path / "elsewhere" / "mine.png")

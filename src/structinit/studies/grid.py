@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from ..files import refuse_link
+from ..files import refuse_link, remove_temporaries
 from ..training.config_file import read_config
 from ..training.identity import identity
 from ..training.lock import RunLock
@@ -79,6 +79,7 @@ def compare(
     ]
     run_configs(configs, parallel, root=out, rerun=rerun, threads=threads, cluster=cluster)
     rows = collect(out)
+    remove_temporaries(out, RESULT_FILES)  # what an interrupted write of the results left
     write_results(rows, out)
     if rows:
         from .plots import plot_curves, plot_summary  # matplotlib: only once there is something to draw
