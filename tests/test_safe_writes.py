@@ -3,6 +3,7 @@ run's or a grid's directory, a figure), init labels never become paths, and noth
 write is replaced or deleted. Tiny runs on the digits."""
 
 import csv
+import os
 import shutil
 import subprocess
 import sys
@@ -237,16 +238,26 @@ def test_a_config_files_cache_dir_loses_no_file_that_only_looks_like_a_temporary
     assert stale and not any(p.exists() for p in stale) and all(p.read_text() == "someone else's" for p in theirs)
 
 
-@pytest.mark.parametrize("given", ["-c", "--out"])
-def test_a_lock_file_of_someone_elses_is_neither_written_nor_deleted(tmp_path, capsys, given):
+@pytest.mark.parametrize(("given", "lock"), [("-c", "text"), ("--out", "text"), ("--out", "fifo")])
+def test_a_lock_file_of_someone_elses_is_neither_written_nor_deleted(tmp_path, capsys, given, lock):
     out = tmp_path / "project"
     out.mkdir()
-    (out / ".lock").write_text("held by my editor\n")
+    if lock == "fifo":
+        os.mkfifo(out / ".lock")
+    else:
+        (out / ".lock").write_text("held by my editor\n")
+
+    def kept() -> tuple:
+        lock = (out / ".lock").stat()
+        return sorted(p.name for p in out.iterdir()), lock.st_ino, lock.st_mtime_ns
+
+    before = kept()
     (tmp_path / "settings.yaml").write_text(f"out: {out}\nper_class: 20\nepochs: 1\n")
     where = ["-c", str(tmp_path / "settings.yaml")] if given == "-c" else ["--out", str(out), "--epochs", "1"]
     assert main(["train", *FLAGS, *where]) == 2
-    one_line(capsys, f"{out / '.lock'} is not a lock of structinit's", "move it away")
-    assert [p.name for p in out.iterdir()] == [".lock"] and (out / ".lock").read_text() == "held by my editor\n"
+    message = "is not a regular file" if lock == "fifo" else "is not a lock of structinit's"
+    one_line(capsys, f"{out / '.lock'} {message}", "move it away")
+    assert kept() == before
 
 
 @pytest.mark.parametrize(

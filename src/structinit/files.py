@@ -35,12 +35,12 @@ def refuse_link(path: Path) -> None:
 
 
 def no_follow(path: str | Path, flags: int) -> int:
-    """open()'s `opener` for files the tool writes: a link at `path` is refused (refuse_link), not followed."""
-    try:
-        return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0), 0o666)
-    except OSError:
-        refuse_link(Path(path))
-        raise
+    """open()'s `opener` for the files the tool writes: only a regular file is opened (or made); a link
+    there is refused (refuse_link), not followed, and so is anything else (a FIFO would block)."""
+    refuse_link(Path(path))
+    if Path(path).exists() and not Path(path).is_file():
+        raise RunError(f"{path} is not a regular file, where structinit writes one: move it away")
+    return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0), 0o666)
 
 
 def atomic_write(path: Path, write: Callable[[BinaryIO], Any], keep_previous: bool = False, then: str = "") -> None:

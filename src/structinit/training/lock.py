@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -65,9 +64,7 @@ class RunLock:
 
 
 def _a_lock(file: Any) -> bool:
-    """Whether the open `file` is a lock file of the tool's: a regular file, empty or naming its holder."""
-    if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
-        return False
+    """Whether the open `file` is a lock file of the tool's: empty, or naming its holder."""
     file.seek(0)
     held = file.read(100)
     return not held or bool(HOLDER.match(held))
