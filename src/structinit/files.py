@@ -94,8 +94,9 @@ def remove_temporaries(folder: Path, names: Iterable[str] | Callable[[str], bool
     removed = []
     for item in folder.iterdir() if folder.is_dir() else ():
         match = TEMPORARY.match(item.name)
-        ours = item.is_file() and not item.is_symlink()  # atomic_write makes its temporary files, never links
-        if match and accept(match["name"]) and ours and not _alive(int(match["pid"])):
+        if not match or not accept(match["name"]) or item.is_symlink():  # atomic_write never makes a link
+            continue
+        if item.is_file() and not _alive(int(match["pid"])):
             item.unlink(missing_ok=True)
             removed.append(item)
     return removed
