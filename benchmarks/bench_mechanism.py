@@ -243,7 +243,7 @@ def training_part(runs: Path, docs: Path, held_out: int = 26) -> None:
         model, _ = model_of(config, data)  # the architecture; the weights come from the snapshots
         offsets = assigned_offsets(run) if "impulse" in config.init else None
         images = normalise_for(model, data.val_images[:256])
-        name = f"{run.parent.parent.name} {run.name.removesuffix('-seed0')}"
+        name = f"{run.parent.parent.name} {config.init}"  # the label from the record: folders are not labels
         snapshots = sorted(folder.glob("epoch_*.pt"))
         for snapshot in snapshots:
             if int(snapshot.stem.split("_")[1]) not in TRAINING_EPOCHS and snapshot != snapshots[-1]:

@@ -18,7 +18,7 @@ import yaml
 from structinit import files as files_module
 from structinit.cli import main
 from structinit.errors import RunError
-from structinit.studies.grid import compare
+from structinit.studies.grid import compare, run_dir
 from structinit.studies.results import results_markdown
 from structinit.training import TrainConfig, read_config, resume_config, train
 from structinit.training import checkpoint as checkpoint_module
@@ -302,13 +302,13 @@ def test_a_run_older_than_an_option_counts_as_its_default(tmp_path):
     base = TrainConfig(**{**FAST, "per_class": None}, epochs=1)
     label = "impulse-authors[base=keep]"
     compare(base, [label], [0], [10], tmp_path)
-    record = tmp_path / "per_class_10" / f"{label}-seed0" / "init_report.json"
+    record = run_dir(tmp_path, 10, label, 0) / "init_report.json"
     report = json.loads(record.read_text())
     del report["options"]["base"]
     record.write_text(json.dumps(report))
     compare(base, [label], [0], [10], tmp_path)  # base missing = keep: the same init
     moved = tmp_path / "per_class_10" / "impulse-authors-seed0"
-    (tmp_path / "per_class_10" / f"{label}-seed0").rename(moved)
+    run_dir(tmp_path, 10, label, 0).rename(moved)
     config = yaml.safe_load((moved / "config.yaml").read_text())
     (moved / "config.yaml").write_text(yaml.safe_dump({**config, "init": "impulse-authors", "out": str(moved)}))
     with pytest.raises(RunError, match=r"init 'impulse-authors' with base='keep' \(now 'kaiming'\)"):

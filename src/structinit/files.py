@@ -1,6 +1,8 @@
 """Files that are never half-written: each is written to a temporary file beside it (.NAME.tmpPID),
 fsynced and renamed into place, so a crash leaves the old file whole; a failed or interrupted write
 removes its temporary file, and one that kill -9 left is removed by the next writer (`remove_temporaries`).
+Nothing is written through a link: a link where the tool would write a file is refused in one line
+(`refuse_link`), and every file it opens for writing is opened with `no_follow`.
 """
 
 from __future__ import annotations
@@ -25,14 +27,35 @@ def temporary(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp{os.getpid()}")
 
 
+def refuse_link(path: Path) -> None:
+    """One line (RunError) where `path` is a link: the tool never writes, replaces or deletes a file
+    through one, and what it points to stays as it is."""
+    if Path(path).is_symlink():
+        raise RunError(f"{path} is a link, and structinit writes no file through one: move it away (its target stays)")
+
+
+def no_follow(path: str | Path, flags: int) -> int:
+    """open()'s `opener` for the files the tool writes: only a regular file is opened (or made); a link
+    there is refused (refuse_link), not followed, and so is anything else (a FIFO would block)."""
+    refuse_link(Path(path))
+    if Path(path).exists() and not Path(path).is_file():
+        raise RunError(f"{path} is not a regular file, where structinit writes one: move it away")
+    return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0), 0o666)
+
+
 def atomic_write(path: Path, write: Callable[[BinaryIO], Any], keep_previous: bool = False, then: str = "") -> None:
     """`write(file)` to a temporary file, fsync, then rename it over `path` (with `keep_previous`, the
     old file becomes prev.pt). A failure or an interrupt leaves the old file and no temporary file; an
-    OSError (a full disk) becomes one line, ending with `then` (what to do after freeing space)."""
+    OSError (a full disk) becomes one line, ending with `then` (what to do after freeing space). A link
+    at `path` (or at prev.pt) is refused: the rename would replace a file the tool did not write."""
     path = Path(path)
     tmp, link = temporary(path), temporary(path.with_name("prev.pt"))
+    refuse_link(path)
+    if keep_previous:
+        refuse_link(path.with_name("prev.pt"))
     try:
-        with open(tmp, "wb") as f:
+        tmp.unlink(missing_ok=True)  # this process's name: a leftover is stale (see _alive)
+        with open(tmp, "xb", opener=no_follow) as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
@@ -58,6 +81,12 @@ def atomic_write_text(path: Path, text: str, then: str = "") -> None:
     atomic_write(path, lambda f: f.write(text.encode()), then=then)
 
 
+def save_figure(figure: Any, path: Path, dpi: int) -> None:
+    """A matplotlib figure written whole (atomic_write), in the format its file's suffix names."""
+    path = Path(path)
+    atomic_write(path, lambda f: figure.savefig(f, format=path.suffix[1:].lower() or None, dpi=dpi))
+
+
 def remove_temporaries(folder: Path, names: Iterable[str] | Callable[[str], bool]) -> list[Path]:
     """Delete the temporary files of `names` (or of the names the callable accepts) in `folder` whose
     writer is gone (its pid is not alive): what an interrupted write of ours left. Returns them."""
@@ -65,7 +94,9 @@ def remove_temporaries(folder: Path, names: Iterable[str] | Callable[[str], bool
     removed = []
     for item in folder.iterdir() if folder.is_dir() else ():
         match = TEMPORARY.match(item.name)
-        if match and accept(match["name"]) and item.is_file() and not _alive(int(match["pid"])):
+        if not match or not accept(match["name"]) or item.is_symlink():  # atomic_write never makes a link
+            continue
+        if item.is_file() and not _alive(int(match["pid"])):
             item.unlink(missing_ok=True)
             removed.append(item)
     return removed

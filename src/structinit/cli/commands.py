@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ..files import refuse_link
 from ..inits.labels import DEFAULT, InitSpec, parse_assignments, split_top_level
 from ..inits.registry import METHODS
 from ..models import PRESETS
@@ -66,6 +67,9 @@ def run_init(args: argparse.Namespace) -> int:
         check_init_path(args.save)
         if args.json and Path(args.json).absolute() == Path(args.save).absolute():
             raise ValueError(f"--json and --save both name {args.save}: give the report another file")
+    for name, path in (("--save", args.save), ("--json", args.json)):
+        if path:
+            check_new_file(name, Path(path), args.overwrite)
     model_kwargs = parse_assignments(args.model_kwargs, "--model-kwargs")
     spec = InitSpec.parse(args.init)
     if spec.is_default:
@@ -87,6 +91,14 @@ def run_init(args: argparse.Namespace) -> int:
     if args.json:
         atomic_write_text(Path(args.json), json.dumps({**report.to_dict(), "weights_sha256": digest}, indent=2))
     return 0
+
+
+def check_new_file(name: str, path: Path, overwrite: bool) -> None:
+    """Before any work: the file of flag `name` replaces an existing one (a checkpoint, say) only with
+    --overwrite, and is never written through a link."""
+    refuse_link(path)
+    if path.exists() and not overwrite:
+        raise ValueError(f"{name} {path} exists: give another file, or add --overwrite to replace it")
 
 
 def check_seed(seed: int) -> None:
@@ -197,7 +209,7 @@ def run_upgrade(args: argparse.Namespace) -> int:
 
 def run_demo(args: argparse.Namespace) -> int:
     from ..inspection.attention import attention_figure
-    from ..studies.grid import compare
+    from ..studies.grid import compare, run_dir
 
     out = Path(args.out)
     base = TrainConfig(data="digits", model="vit_digits", epochs=args.epochs, quiet=args.quiet)
@@ -206,8 +218,8 @@ def run_demo(args: argparse.Namespace) -> int:
     rows = compare(base, ["timm", "mimetic", *structured], int_list(args.seeds, "--seeds"), [None], out)
     seed = int_list(args.seeds, "--seeds")[0]
     for init in structured:
-        attention_figure(str(out / "full" / f"{init}-seed{seed}"), at_init=True, out=out / f"attention-{init}-init.png")
-        attention_figure(str(out / "full" / f"{init}-seed{seed}"), out=out / f"attention-{init}.png")
+        attention_figure(str(run_dir(out, None, init, seed)), at_init=True, out=out / f"attention-{init}-init.png")
+        attention_figure(str(run_dir(out, None, init, seed)), out=out / f"attention-{init}.png")
     print((out / "results.md").read_text(), end="")
     print(
         f"{len(rows)} runs in {out}: results.md, results.csv, curves.png, summary.png, "
@@ -235,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     from ..errors import RunError
 
     args = build_parser().parse_args(argv)
+    if getattr(args, "out", None) == "":  # Path("") is the current directory
+        return fail(args.command, "--out is empty: name where to write, e.g. --out runs/mine")
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)  # kill: cleaned up and reported as Ctrl-C is
     try:

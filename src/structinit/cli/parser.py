@@ -91,6 +91,7 @@ def add_init_command(commands: argparse._SubParsersAction) -> None:
         help="write the initialised weights (.safetensors, .pth or .pt) for timm's --initial-checkpoint, "
         "load_state_dict or any trainer",
     )
+    init.add_argument("--overwrite", action="store_true", help="replace an existing --save or --json file")
 
 
 def add_compare_command(commands: argparse._SubParsersAction) -> None:

@@ -154,6 +154,6 @@ def decode_cached(files: list[Path], size: tuple[int, int], cache_dir: str | Pat
             )
         out[i] = torch.from_numpy(np.array(image)).permute(2, 0, 1)
     cache.parent.mkdir(parents=True, exist_ok=True)
-    remove_temporaries(cache.parent, lambda name: name.startswith("images-"))
+    remove_temporaries(cache.parent, [cache.name])  # only this file's: the folder may be anyone's
     atomic_write(cache, lambda f: torch.save(out, f))
     return out

@@ -14,6 +14,7 @@ import torch
 from ..adapters import get_adapter
 from ..data.batches import normalised_test_images
 from ..fidelity import mean_attention
+from ..files import save_figure
 from ..report import best_offsets
 from .target import load_target
 
@@ -97,5 +98,5 @@ def plot_attention(
         f = kernel_size
         lines.append(f"panel: head, the offset (dy,dx) of the {f}x{f} kernel with the most attention, and its share")
     fig.suptitle("\n".join(lines), fontsize=8 if count < 6 else 9)
-    fig.savefig(path, dpi=dpi)
+    save_figure(fig, path, dpi)
     plt.close(fig)

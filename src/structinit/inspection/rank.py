@@ -18,6 +18,7 @@ from torch import nn
 
 from ..adapters import get_adapter
 from ..adapters.convmixer import get_conv_adapter
+from ..files import save_figure
 
 
 def stable_rank(matrices: torch.Tensor) -> torch.Tensor:
@@ -121,7 +122,7 @@ def plot_ranks(ranks, path: Path, title: str = "") -> None:
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, 120)
     plt.close(fig)
 
 

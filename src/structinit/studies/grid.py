@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import multiprocessing
 import os
+import re
 import signal
 import threading
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -19,6 +21,7 @@ from typing import Any
 
 import torch
 
+from ..files import refuse_link, remove_temporaries
 from ..training.config_file import read_config
 from ..training.identity import identity
 from ..training.lock import RunLock
@@ -29,10 +32,21 @@ from ..training.settings import TrainConfig, flag
 from .launch import Cluster, LocalJob, run_on_cluster
 from .results import REPORT_FIX, collect, write_results
 
+# an init label that is a folder name as it is: a method or variant without options (timm, impulse-soft)
+PLAIN_LABEL = re.compile(r"^[A-Za-z0-9_-]+$")
+
 
 def run_dir(out: Path, per_class: int | None, init: str, seed: int) -> Path:
-    setting = f"per_class_{per_class}" if per_class else "full"
-    return out / setting / f"{init}-seed{seed}"
+    """The folder of a grid's run: OUT/full or OUT/per_class_K, then NAME-seedS, where NAME is the init
+    label if it is a plain name, else a slug of it and a hash of the whole label (options may hold '/' or
+    '..': a label is never a path). The label itself is in the run's record (config.yaml), which is what
+    results read. A run that structinit 0.2 named by its label as it is stays where it is."""
+    setting = out / (f"per_class_{per_class}" if per_class else "full")
+    named = setting / f"{init}-seed{seed}"
+    if PLAIN_LABEL.match(init) or (named.parent == setting and named.is_dir()):
+        return named
+    slug = re.sub(r"[^A-Za-z0-9_]+", "-", init).strip("-")[:40]
+    return setting / f"{slug}-{hashlib.sha256(init.encode()).hexdigest()[:10]}-seed{seed}"
 
 
 def compare(
@@ -65,6 +79,7 @@ def compare(
     ]
     run_configs(configs, parallel, root=out, rerun=rerun, threads=threads, cluster=cluster)
     rows = collect(out)
+    remove_temporaries(out, RESULT_FILES)  # what an interrupted write of the results left
     write_results(rows, out)
     if rows:
         from .plots import plot_curves, plot_summary  # matplotlib: only once there is something to draw
@@ -78,7 +93,10 @@ RESULT_FILES = ("results.csv", "results.md", "curves.png", "summary.png")
 
 
 def _check_grid_directory(out: Path) -> None:
-    """Refuse to write a grid's results over files of those names in a directory that holds no grid."""
+    """Refuse to write a grid's results over files of those names in a directory that holds no grid,
+    and a link where the grid writes them (or its jobs/): it would write outside the grid."""
+    for name in (*RESULT_FILES, "jobs"):
+        refuse_link(out / name)
     present = [name for name in RESULT_FILES if (out / name).exists()]
     if present and not any(written_by_a_run(p) for p in out.glob("*/*/config.yaml")):
         raise RunError(
@@ -109,8 +127,18 @@ def run_configs(
     ignored: `cluster.parallel` bounds the jobs at once) and `threads` defaults to cluster.cpus_per_run."""
     with RunLock(root, "grid") if root is not None else contextlib.nullcontext():
         for config in configs:
+            _refuse_links_to(Path(config.out), root)
             _check_same_recipe(config, rerun)
         _run_all(configs, parallel, threads, root, cluster)
+
+
+def _refuse_links_to(run: Path, root: Path | None) -> None:
+    """Refuse a link on the way from the grid's directory to a run of it (its setting's folder, its own):
+    the run would be written outside the grid."""
+    if root is not None:
+        below = len(run.relative_to(root).parts)  # the run's folder and those between it and the grid's
+        for folder in [run, *run.parents][:below]:
+            refuse_link(folder)
 
 
 def _check_same_recipe(config: TrainConfig, rerun: bool) -> None:

@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
+from ..files import save_figure
 from .results import CELL_KEYS  # the cells of results.md: tables and figures split rows alike
 
 # one colour per init label in every figure, whatever else the grid holds; other labels (with
@@ -106,7 +107,7 @@ def plot_curves(rows: list[dict[str, Any]], path: Path) -> None:
             ax.grid(alpha=0.3)
         bottom.legend(fontsize=8, title="mean; band: +-1 std over seeds", title_fontsize=7, loc="upper right")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, 120)
     plt.close(fig)
 
 
@@ -145,7 +146,7 @@ def plot_summary(rows: list[dict[str, Any]], path: Path, baseline: str = "timm")
         spread = max(values) - min(values)
         top.set_ylim(max(0.0, min(values) - max(2 * spread, 2)), min(100.0, max(values) + max(spread, 1)))
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, 120)
     plt.close(fig)
 
 

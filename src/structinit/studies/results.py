@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 import statistics
 from pathlib import Path
 from typing import Any
 
 from ..data.datasets import parse_spec
+from ..files import atomic_write_text
 from ..training.checkpoint import load_checkpoint
 from ..training.config_file import read_run_config
 from ..training.identity import NOT_RECIPE, config_hash, identity_differences
@@ -161,12 +163,13 @@ def dataset_name(spec: str) -> str:
 
 
 def write_results(rows: list[dict[str, Any]], out: Path) -> None:
-    """results.csv (one row per run) and results.md (the tables)."""
-    with open(out / "results.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, CSV_COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-    (out / "results.md").write_text(results_markdown(rows))
+    """results.csv (one row per run) and results.md (the tables), each written whole (files.atomic_write)."""
+    table = io.StringIO(newline="")
+    writer = csv.DictWriter(table, CSV_COLUMNS, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(out / "results.csv", table.getvalue())
+    atomic_write_text(out / "results.md", results_markdown(rows))
 
 
 def results_markdown(rows: list[dict[str, Any]]) -> str:

@@ -14,6 +14,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from ..files import atomic_write_text
+
 LOGGERS = ("tensorboard", "wandb")
 
 
@@ -48,7 +50,7 @@ class Loggers:
 
             id_file = out / "wandb_id"
             if not id_file.exists():
-                id_file.write_text(uuid.uuid4().hex[:16])
+                atomic_write_text(id_file, uuid.uuid4().hex[:16])
             self.wandb_run = wandb.init(
                 project=os.environ.get("WANDB_PROJECT", "structinit"),
                 name=out.name,

@@ -10,7 +10,8 @@
     RUN/.lock           held by the process training the run (removed when it is done)
 
 These names are the tool's own: it deletes them (and its temporary files, `.NAME.tmpPID`) only where
-it can prove they are its unfinished work, and never anything else in the directory.
+it can prove they are its unfinished work, and never anything else in the directory. A link at any of
+them is refused (`refuse_links`): the run would write through it, outside its directory.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 import yaml
 
 from ..errors import RunError
-from ..files import remove_temporaries
+from ..files import refuse_link, remove_temporaries
 from .provenance import ENVIRONMENT
 from .record import MetricsLog
 from .settings import load_yaml
@@ -124,11 +125,24 @@ def run_files(out: Path) -> list[Path]:
 
 def _named_like_run_files(out: Path) -> list[Path]:
     """The files in `out` with the names a run writes (RUN_FILES, snapshots, TensorBoard events)."""
-    found = [out / name for name in RUN_FILES if (out / name).is_file()]
+    return [p for p in _run_names(out) if p.is_file()]
+
+
+def _run_names(out: Path) -> list[Path]:
+    """What is in `out`, links included, with the names of the files a run writes: RUN_FILES, and the
+    snapshots and TensorBoard events in its folders."""
+    found = [out / name for name in RUN_FILES if os.path.lexists(out / name)]
     for folder, pattern in ((out / "snapshots", SNAPSHOT), (out / "tensorboard", TENSORBOARD)):
-        if folder.is_dir():
-            found += [p for p in sorted(folder.iterdir()) if pattern.match(p.name) and p.is_file()]
+        if folder.is_dir() and not folder.is_symlink():
+            found += [p for p in sorted(folder.iterdir()) if pattern.match(p.name)]
     return found
+
+
+def refuse_links(out: Path) -> None:
+    """Refuse, in one line naming it, a link in `out` where a run writes (a file of its, its snapshots/,
+    tensorboard/ or wandb/ folder): the run would write, replace or delete through it, outside its directory."""
+    for path in [*_run_names(out), out / "snapshots", out / "tensorboard", out / "wandb"]:
+        refuse_link(path)
 
 
 def snapshot_path(out: Path, epoch: int) -> Path:

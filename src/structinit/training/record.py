@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RunError
-from ..files import atomic_write_text
+from ..files import atomic_write_text, no_follow
 from .identity import SCHEDULE
 from .settings import flag
 
@@ -67,7 +67,7 @@ class MetricsLog:
     def append(self, *records: dict[str, Any]) -> None:
         text = "".join(json.dumps(r) + "\n" for r in records)
         try:
-            with open(self.path, "a") as f:
+            with open(self.path, "a", opener=no_follow) as f:
                 f.write(text)
                 f.flush()
                 os.fsync(f.fileno())
@@ -85,9 +85,9 @@ class MetricsLog:
             atomic_write_text(self.path, text, then=" and --resume")
 
     def shared(self) -> bool:
-        """Whether appending would write into another file too: a link, or a hard-linked copy of a
-        run (`cp -al`); reconcile then writes the log anew, as this run's own file."""
-        return self.path.is_symlink() or self.path.stat().st_nlink > 1
+        """Whether appending would write into another file too: a hard-linked copy of a run (`cp -al`);
+        reconcile then writes the log anew, as this run's own file (a link is refused: files.refuse_link)."""
+        return self.path.stat().st_nlink > 1
 
 
 def _is_record(record: Any) -> bool:

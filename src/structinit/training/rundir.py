@@ -19,7 +19,7 @@ from ..files import atomic_save, atomic_write_text
 from .checkpoint import load_checkpoint
 from .config_file import config_values, read_run_config
 from .identity import RESUMABLE, identity, identity_differences, resume_changes
-from .ownership import RESULTS, check_fresh, clear_temporaries, snapshot_path
+from .ownership import RESULTS, check_fresh, clear_temporaries, refuse_links, snapshot_path
 from .provenance import ENVIRONMENT
 from .record import MetricsLog, checkpoint_lines, read_record, summary_of_the_run
 from .settings import TrainConfig, flag
@@ -45,8 +45,11 @@ class RunDir:
 
     def open(self, env: dict[str, Any]) -> dict[str, Any] | None:
         """A fresh run claims its directory and writes its config (returns None); a resumed one returns
-        its checkpoint, having repaired its record and kept the changes it may make (refusing others)."""
+        its checkpoint, having repaired its record and kept the changes it may make (refusing others).
+        A link where the run writes is refused first (refuse_links)."""
         config = self.config
+        if self.main:
+            refuse_links(self.out)
         used = (("snapshots", config.snapshot_epochs), ("tensorboard", "tensorboard" in config.log))
         folders = [name for name, on in used if on and (self.out / name).exists() and not (self.out / name).is_dir()]
         if folders:

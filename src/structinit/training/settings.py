@@ -219,6 +219,8 @@ class TrainConfig:
         """Bad values fail here, in flag terms, before any data is loaded or any directory is made."""
         for f in dataclasses.fields(self):
             check_value(f.name, f.type, SETTINGS[f.name].bounds, getattr(self, f.name))
+        if not self.out:  # Path("") is the current directory
+            raise ValueError("--out is empty: give the run's directory, e.g. --out runs/mine")
         spec = InitSpec.parse(self.init)
         if spec.method == "select" and self.teacher is None and spec.options.get("teacher") is None:
             raise ValueError(f"--init {self.init} selects from a larger model: give it with --teacher")
