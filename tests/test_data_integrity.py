@@ -1,0 +1,138 @@
+"""Runs you can trust, round three, the data: images are known by their content (a file replaced with
+its mtime kept is read anew, a resume on it refused, a test set that is the training set refused), 16-bit
+images scaled rather than clipped, only regular files read (a FIFO or /dev/zero never hangs a command
+or fills memory), an image PIL guards against named in one line wherever it is read, and a dataset
+spec taken whole."""
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from conftest import make_imagefolder
+from structinit.cli import main
+from structinit.data.datasets import load_data
+from structinit.training import TrainConfig, train
+from test_trust import FAST, one_line
+
+# a tiny run on an image tree: in memory at 8 px, streamed (timm's transforms) at 72 px
+TREE = ["--model", "vit_digits", "--batch-size", "4", "--epochs", "2", "--workers", "0", "--quiet"]
+MODEL = {8: "depth=1", 72: "depth=1,img_size=72,patch_size=24"}
+
+
+def tree_run(root: Path, size: int, *more: str) -> list[str]:
+    return ["train", "--data", f"imagefolder:{root}", *TREE, "--model-kwargs", MODEL[size], *more]
+
+
+def write_png(path: Path, pixels: np.ndarray) -> None:
+    """Uncompressed, so that images of one size are files of one size."""
+    Image.fromarray(pixels).save(path, compress_level=0)
+
+
+def keeping_mtimes(*writes: tuple[Path, bytes]) -> None:
+    """Write each file's new bytes and set its mtime back, as cp -p, rsync -a or tar -x do."""
+    times = {path: path.stat() for path, _ in writes}
+    for path, data in writes:
+        path.write_bytes(data)
+        os.utime(path, ns=(times[path].st_atime_ns, times[path].st_mtime_ns))
+
+
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory) -> Path:
+    """A run on the digits stopped after 1 of its 2 epochs, copied by the tests that change it."""
+    run = tmp_path_factory.mktemp("stopped") / "run"
+    train(TrainConfig(**FAST, epochs=2, stop_after=1, out=str(run)))
+    return run
+
+
+# --- images are known by their content --------------------------------------------------------------
+
+
+def test_an_image_replaced_with_its_mtime_kept_is_decoded_anew(tmp_path):
+    root = make_imagefolder(tmp_path / "data", 8)
+    load_data(f"imagefolder:{root}", cache_dir=tmp_path / "cache")
+    new = np.full((8, 8, 3), 7, dtype=np.uint8)
+    write_png(tmp_path / "new.png", new)
+    keeping_mtimes((root / "train" / "cat" / "0.png", (tmp_path / "new.png").read_bytes()))
+    again = load_data(f"imagefolder:{root}", cache_dir=tmp_path / "cache")
+    assert torch.equal(again.train_images[0], torch.from_numpy(new).permute(2, 0, 1))
+
+
+@pytest.mark.parametrize("size", [8, 72])  # in memory, and streamed
+def test_a_resume_refuses_two_images_of_one_size_swapped_between_classes_with_their_mtimes_kept(tmp_path, capsys, size):
+    root = make_imagefolder(tmp_path / "data", size, per_class=2)
+    cat, dog = root / "train" / "cat" / "0.png", root / "train" / "dog" / "0.png"
+    for path in (cat, dog):
+        write_png(path, np.asarray(Image.open(path)))
+    assert cat.stat().st_size == dog.stat().st_size
+    run = tmp_path / "run"
+    cache = ["--cache-dir", str(tmp_path / "cache")]
+    assert main([*tree_run(root, size, *cache), "--stop-after", "1", "--out", str(run)]) == 0
+    keeping_mtimes((cat, dog.read_bytes()), (dog, cat.read_bytes()))
+    assert main(["train", "--resume", "--out", str(run), "--quiet"]) == 2
+    one_line(capsys, "changed since its checkpoint", "resume it on the data it trained on")
+
+
+def test_digests_are_taken_once_and_again_only_for_a_changed_file(tmp_path, monkeypatch):
+    from structinit.data import digests
+
+    monkeypatch.setattr(digests, "RECENT_NS", 0)  # files made a moment ago are kept too
+    taken = []
+    real = digests._digest
+    monkeypatch.setattr(digests, "_digest", lambda path: taken.append(path) or real(path))
+    root = make_imagefolder(tmp_path / "data", 8)
+    cache = tmp_path / "cache"
+    load_data(f"imagefolder:{root}", cache_dir=cache)
+    assert len(taken) == 16
+    taken.clear()
+    load_data(f"imagefolder:{root}", cache_dir=cache)
+    assert taken == []
+    time.sleep(0.05)  # past the clock's tick: the replacement gets a ctime of its own
+    image = root / "test" / "dog" / "3.png"
+    new = np.full((8, 8, 3), 200, dtype=np.uint8)
+    write_png(tmp_path / "new.png", new)
+    keeping_mtimes((image, (tmp_path / "new.png").read_bytes()))
+    again = load_data(f"imagefolder:{root}", cache_dir=cache)
+    assert taken == [image]
+    assert torch.equal(again.test_images[7], torch.from_numpy(new).permute(2, 0, 1))
+
+
+@pytest.mark.parametrize("how", ["link", "copy"])
+def test_a_test_folder_that_is_the_training_folder_is_refused(tmp_path, how):
+    root = make_imagefolder(tmp_path / "data", 8, splits=("train",))
+    if how == "link":
+        (root / "test").symlink_to("train")
+    else:
+        shutil.copytree(root / "train", root / "test")
+    with pytest.raises(ValueError, match=r"8 of the 8 test images are training images \(.*test/cat/0.png holds"):
+        load_data(f"imagefolder:{root}", cache_dir=tmp_path / "cache")
+
+
+# --- 16-bit images ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [8, 72])
+def test_a_16_bit_grayscale_png_is_scaled_to_8_bits_not_clipped_to_white(tmp_path, size):
+    root = make_imagefolder(tmp_path / "data", size)
+    samples = np.random.default_rng(0).integers(0, 65536, (size, size), dtype=np.uint16)
+    samples[0, :4] = [0, 257, 32768, 65535]
+    Image.fromarray(samples).save(root / "train" / "cat" / "0.png")
+    assert Image.open(root / "train" / "cat" / "0.png").mode == "I;16"
+    data = load_data(f"imagefolder:{root}", cache_dir=tmp_path / "cache")
+    pixels = np.asarray(data.train[0][0]) if size > 64 else data.train_images[0].permute(1, 2, 0).numpy()
+    expected = np.round(samples / 257).astype(np.uint8)
+    assert list(expected[0, :4]) == [0, 1, 128, 255]
+    assert np.array_equal(pixels, np.repeat(expected[..., None], 3, axis=2))
+
+
+def test_an_image_of_32_bit_samples_is_refused_in_one_line(tmp_path):
+    root = make_imagefolder(tmp_path / "data", 8)
+    image = root / "train" / "dog" / "1.tif"
+    Image.fromarray(np.linspace(0, 1, 64, dtype=np.float32).reshape(8, 8)).save(image)
+    with pytest.raises(ValueError, match=rf"cannot read image {image}: its samples are 32-bit \(mode F\)"):
+        load_data(f"imagefolder:{root}", cache_dir=tmp_path / "cache")
