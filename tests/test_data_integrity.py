@@ -4,8 +4,14 @@ images scaled rather than clipped, only regular files read (a FIFO or /dev/zero 
 or fills memory), an image PIL guards against named in one line wherever it is read, and a dataset
 spec taken whole."""
 
+import contextlib
 import os
+import resource
 import shutil
+import socket
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -14,11 +20,14 @@ import pytest
 import torch
 from PIL import Image
 
+import structinit
 from conftest import make_imagefolder
 from structinit.cli import main
 from structinit.data.datasets import load_data
+from structinit.errors import RunError
+from structinit.inits.teacher import load_teacher
 from structinit.training import TrainConfig, train
-from test_trust import FAST, one_line
+from test_trust import FAST, copy_run, one_line
 
 # a tiny run on an image tree: in memory at 8 px, streamed (timm's transforms) at 72 px
 TREE = ["--model", "vit_digits", "--batch-size", "4", "--epochs", "2", "--workers", "0", "--quiet"]
@@ -136,3 +145,117 @@ def test_an_image_of_32_bit_samples_is_refused_in_one_line(tmp_path):
     Image.fromarray(np.linspace(0, 1, 64, dtype=np.float32).reshape(8, 8)).save(image)
     with pytest.raises(ValueError, match=rf"cannot read image {image}: its samples are 32-bit \(mode F\)"):
         load_data(f"imagefolder:{root}", cache_dir=tmp_path / "cache")
+
+
+# --- only regular files are read ----------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def fifo(path: Path):
+    """A FIFO at `path`. Whoever opens it to read gets a few bytes and their end, so that code which reads
+    it fails rather than hangs (and code that refuses it never opens it)."""
+    os.mkfifo(path)
+    stop = threading.Event()
+
+    def feed() -> None:
+        while not stop.is_set():
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # no reader yet
+                time.sleep(0.01)
+                continue
+            with contextlib.suppress(OSError):
+                os.write(fd, b"not what it seems\n")
+            os.close(fd)
+            time.sleep(0.05)  # the reader sees the end
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    try:
+        yield path
+    finally:
+        stop.set()
+        feeder.join()
+
+
+def structinit_process(*argv: str) -> subprocess.CompletedProcess:
+    """`structinit ARGV` in a process of its own, its memory and time bounded: a command that reads
+    /dev/zero fails there rather than filling the machine's memory or hanging the tests."""
+
+    def bounded() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+    env = {**os.environ, "PYTHONPATH": str(Path(structinit.__file__).parents[1])}
+    command = [sys.executable, "-m", "structinit", *argv]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, preexec_fn=bounded)
+
+
+@pytest.mark.parametrize("size", [8, 72])
+@pytest.mark.parametrize("kind", ["FIFO", "socket"])
+def test_a_special_file_among_the_images_is_refused_in_one_line_before_it_is_read(
+    tmp_path, capsys, monkeypatch, size, kind
+):
+    root = make_imagefolder(tmp_path / "data", size)
+    special = root / "train" / "dog" / "9.png"
+    argv = tree_run(root, size, "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "run"))
+    with contextlib.ExitStack() as stack:
+        if kind == "FIFO":
+            stack.enter_context(fifo(special))
+        else:
+            monkeypatch.chdir(special.parent)  # a socket's path is short
+            stack.enter_context(socket.socket(socket.AF_UNIX)).bind(special.name)
+        assert main(argv) == 2
+    one_line(capsys, f"{special} is a {kind}, not a regular file: structinit reads only regular files")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "name", "special"),
+    [
+        ("resume", "last.pt", "FIFO"),
+        ("resume", "last.pt", "directory"),
+        ("attention", "config.yaml", "FIFO"),
+        ("attention", "last.pt", "FIFO"),
+    ],
+)
+def test_a_special_file_in_a_run_is_refused_in_one_line(stopped, tmp_path, capsys, command, name, special):
+    run = copy_run(stopped, tmp_path / "run")
+    (run / name).unlink()
+    argv = ["train", "--resume", "--out", str(run), "--quiet"]
+    if command == "attention":
+        argv = ["attention", str(run), "--out", str(tmp_path / "maps.png")]
+    with fifo(run / name) if special == "FIFO" else contextlib.nullcontext():
+        if special == "directory":
+            (run / name).mkdir()
+        assert main(argv) == 2
+    kind = "a FIFO" if special == "FIFO" else "a directory"
+    one_line(capsys, f"{run / name} is {kind}, not a regular file")
+
+
+@pytest.mark.parametrize("command", ["resume", "attention"])
+def test_last_pt_linked_to_dev_zero_is_refused_before_it_is_read(stopped, tmp_path, command):
+    run = copy_run(stopped, tmp_path / "run")
+    (run / "last.pt").unlink()
+    (run / "last.pt").symlink_to("/dev/zero")
+    argv = ["train", "--resume", "--out", str(run), "--quiet"]
+    if command == "attention":
+        argv = ["attention", str(run), "--out", str(tmp_path / "maps.png")]
+    done = structinit_process(*argv)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.count("\n") == 1, done.stderr[-2000:]
+    assert f"{run / 'last.pt'} (a link to /dev/zero) is a character device, not a regular file" in done.stderr
+
+
+@pytest.mark.parametrize("name", ["last.pt", "init_report.json"])
+def test_a_special_file_in_a_teacher_run_is_refused_before_it_is_read(stopped, tmp_path, name):
+    run = copy_run(stopped, tmp_path / "teacher")
+    (run / name).unlink()
+    with fifo(run / name), pytest.raises(RunError, match=f"{run / name} is a FIFO, not a regular file"):
+        load_teacher(str(run))
+
+
+def test_a_config_file_that_is_a_fifo_is_refused_in_one_line(tmp_path, capsys):
+    with fifo(tmp_path / "settings.yaml") as config:
+        assert main(["train", "-c", str(config), "--out", str(tmp_path / "run")]) == 2
+    one_line(capsys, f"{config} is a FIFO, not a regular file")
+    assert not (tmp_path / "run").exists()
