@@ -9,10 +9,12 @@ import os
 import resource
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import threading
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -259,3 +261,40 @@ def test_a_config_file_that_is_a_fifo_is_refused_in_one_line(tmp_path, capsys):
         assert main(["train", "-c", str(config), "--out", str(tmp_path / "run")]) == 2
     one_line(capsys, f"{config} is a FIFO, not a regular file")
     assert not (tmp_path / "run").exists()
+
+
+# --- an image PIL guards against is one line, wherever it is read ----------------------------------------
+
+
+def bomb_png(side: int = 14000) -> bytes:
+    """A black 1-bit PNG of side x side pixels: a few KB that PIL refuses to decode (a decompression bomb)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = zlib.compress(bytes(side * (1 + side // 8)), 9)  # each row: its filter byte and side / 8 bytes
+    header = struct.pack(">IIBBBBB", side, side, 1, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", rows) + chunk(b"IEND", b"")
+
+
+@pytest.mark.parametrize(
+    ("size", "where"),
+    [(8, "memory"), (72, "streamed"), (72, "worker"), (72, "parallel")],
+)
+def test_a_decompression_bomb_is_one_line_naming_the_file(tmp_path, capfd, size, where):
+    root = make_imagefolder(tmp_path / "data", size, per_class=2)
+    bomb = root / "train" / "dog" / "1.png"
+    bomb.write_bytes(bomb_png())
+    argv = tree_run(root, size, "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "run"))
+    if where == "worker":
+        argv += ["--workers", "1"]
+    if where == "parallel":
+        argv = ["compare", *argv[1:-2], "--inits", "timm", "--seeds", "0", "--parallel", "2"]
+        argv += ["--out", str(tmp_path / "grid")]
+    assert main(argv) == 2
+    line = f"error: cannot read image {bomb}: Image size (196000000 pixels) exceeds limit"
+    if where != "parallel":
+        one_line(capfd, line, "PIL.Image.MAX_IMAGE_PIXELS")
+    else:  # the last line; a stopped idle worker's own traceback before it is another matter
+        err = capfd.readouterr().err
+        assert line in err.splitlines()[-1] and "DecompressionBombError" not in err, err

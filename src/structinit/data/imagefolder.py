@@ -128,6 +128,11 @@ def open_image(path: Path, mode: str = "RGB") -> Image.Image:
     try:
         with Image.open(path) as image:
             return _eight_bit(image).convert(mode)
+    except Image.DecompressionBombError as error:
+        raise ImageError(
+            f"cannot read image {path}: {error}; resize it, or if it is meant, raise PIL.Image.MAX_IMAGE_PIXELS "
+            "in Python before structinit reads it"
+        ) from None
     except (OSError, ValueError) as error:
         raise ImageError(f"cannot read image {path}: {error}; remove or replace it") from None
 
