@@ -298,3 +298,14 @@ def test_a_decompression_bomb_is_one_line_naming_the_file(tmp_path, capfd, size,
     else:  # the last line; a stopped idle worker's own traceback before it is another matter
         err = capfd.readouterr().err
         assert line in err.splitlines()[-1] and "DecompressionBombError" not in err, err
+
+
+# --- a dataset spec is taken whole ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", ["digits:/nonexistent", "digits:"])
+def test_digits_given_a_path_is_refused_in_one_line(tmp_path, capsys, spec):
+    fast = ["--per-class", "5", "--model", "vit_digits", "--model-kwargs", "depth=1", "--epochs", "1", "--quiet"]
+    assert main(["train", "--data", spec, *fast, "--out", str(tmp_path / "run")]) == 2
+    one_line(capsys, f"--data {spec}: digits is embedded and takes no path")
+    assert not (tmp_path / "run").exists()

@@ -87,11 +87,13 @@ class StreamData:
 
 def parse_spec(spec: str) -> tuple[str, Path | None]:
     """'cifar10' -> ('cifar10', None); 'imagefolder:/d' -> ('imagefolder', Path('/d'))."""
-    name, _, path = spec.partition(":")
+    name, colon, path = spec.partition(":")
     name = name.strip().lower()
     known = {"digits", "imagefolder", "imagenet", *TORCHVISION_SETS}
     if name not in known:
         raise ValueError(f"unknown dataset {spec!r}; --data takes {DATASETS_HELP}")
+    if name == "digits" and colon:
+        raise ValueError(f"--data {spec}: digits is embedded and takes no path; give --data digits")
     if name in ("imagefolder", "imagenet") and not path:
         raise ValueError(f"--data {name} needs a path: {name}:PATH")
     return name, Path(path).expanduser() if path else None
