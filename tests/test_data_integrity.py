@@ -74,8 +74,12 @@ def test_an_image_replaced_with_its_mtime_kept_is_decoded_anew(tmp_path):
     assert torch.equal(again.train_images[0], torch.from_numpy(new).permute(2, 0, 1))
 
 
-@pytest.mark.parametrize("size", [8, 72])  # in memory, and streamed
-def test_a_resume_refuses_two_images_of_one_size_swapped_between_classes_with_their_mtimes_kept(tmp_path, capsys, size):
+@pytest.mark.parametrize(
+    ("size", "more"), [(8, []), (72, []), (72, ["--classes", "cat,dog"])], ids=["memory", "streamed", "classes"]
+)
+def test_a_resume_refuses_two_images_of_one_size_swapped_between_classes_with_their_mtimes_kept(
+    tmp_path, capsys, size, more
+):
     root = make_imagefolder(tmp_path / "data", size, per_class=2)
     cat, dog = root / "train" / "cat" / "0.png", root / "train" / "dog" / "0.png"
     for path in (cat, dog):
@@ -83,7 +87,7 @@ def test_a_resume_refuses_two_images_of_one_size_swapped_between_classes_with_th
     assert cat.stat().st_size == dog.stat().st_size
     run = tmp_path / "run"
     cache = ["--cache-dir", str(tmp_path / "cache")]
-    assert main([*tree_run(root, size, *cache), "--stop-after", "1", "--out", str(run)]) == 0
+    assert main([*tree_run(root, size, *cache, *more), "--stop-after", "1", "--out", str(run)]) == 0
     keeping_mtimes((cat, dog.read_bytes()), (dog, cat.read_bytes()))
     assert main(["train", "--resume", "--out", str(run), "--quiet"]) == 2
     one_line(capsys, "changed since its checkpoint", "resume it on the data it trained on")

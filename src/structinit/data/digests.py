@@ -6,12 +6,14 @@ and no copy tool can set back."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import time
 from pathlib import Path
 
+from ..errors import RunError
 from ..files import atomic_write_text, regular_file, remove_temporaries
 
 # a file changed within the clock's tick of its digest being taken may keep its ctime: such a digest is
@@ -40,9 +42,10 @@ def file_digests(split: Path, files: list[Path], cache_dir: str | Path | None) -
         if found.st_ctime_ns < now - RECENT_NS:
             keep[name] = [*signature, digests[-1]]
     if keep != kept:
-        kept_path.parent.mkdir(parents=True, exist_ok=True)
-        remove_temporaries(kept_path.parent, lambda name: name.startswith("digests-"))
-        atomic_write_text(kept_path, json.dumps(keep))
+        with contextlib.suppress(OSError, RunError):  # a folder that cannot keep them costs their taking again
+            kept_path.parent.mkdir(parents=True, exist_ok=True)
+            remove_temporaries(kept_path.parent, lambda name: name.startswith("digests-"))
+            atomic_write_text(kept_path, json.dumps(keep))
     return digests
 
 
