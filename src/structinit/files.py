@@ -57,12 +57,17 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], Any], keep_previous: bo
 def regular_file(path: Path) -> os.stat_result:
     """The stat of `path` (links followed), refusing in one line anything but a regular file, before it
     is opened: a FIFO or a device would hang its reader or feed it without end (a link to /dev/zero)."""
-    found = os.stat(path)
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        if not os.path.islink(path):
+            raise
+        raise RunError(f"{path} is a link to {os.readlink(path)}, which does not exist") from None
     if stat.S_ISREG(found.st_mode):
         return found
     kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
     kinds += ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
-    kind = next((name for test, name in kinds if test(found.st_mode)), "not a file")
+    kind = next((name for test, name in kinds if test(found.st_mode)), "a special file")
     link = f" (a link to {os.path.realpath(path)})" if os.path.islink(path) else ""
     raise RunError(f"{path}{link} is {kind}, not a regular file: structinit reads only regular files")
 
