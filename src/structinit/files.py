@@ -11,6 +11,7 @@ import errno
 import hashlib
 import os
 import re
+import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -74,6 +75,24 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], Any], keep_previous: bo
         if error.errno == errno.ENOSPC:
             raise RunError(f"no space left on the device holding {path}: free some{then}") from None
         raise RunError(f"cannot write {path}: {error.strerror or error}") from None
+
+
+def regular_file(path: Path) -> os.stat_result:
+    """The stat of `path` (links followed), refusing in one line anything but a regular file, before it
+    is opened: a FIFO or a device would hang its reader or feed it without end (a link to /dev/zero)."""
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        if not os.path.islink(path):
+            raise
+        raise RunError(f"{path} is a link to {os.readlink(path)}, which does not exist") from None
+    if stat.S_ISREG(found.st_mode):
+        return found
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
+    kinds += ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+    kind = next((name for test, name in kinds if test(found.st_mode)), "a special file")
+    link = f" (a link to {os.path.realpath(path)})" if os.path.islink(path) else ""
+    raise RunError(f"{path}{link} is {kind}, not a regular file: structinit reads only regular files")
 
 
 def atomic_write_text(path: Path, text: str, then: str = "") -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from .. import __version__
 from ..errors import first_line
+from ..files import regular_file
 from ..studies.launch import CLUSTERS
 from ..training.settings import INIT_HELP, SETTINGS, Setting, TrainConfig, flag, load_yaml
 
@@ -233,8 +234,9 @@ def file_values(args: argparse.Namespace) -> dict[str, Any]:
     from ..training.config_file import config_values
 
     path = Path(args.config)
-    if not path.is_file():
+    if not path.exists():
         raise ValueError(f"--config {path}: no such file")
+    regular_file(path)
     try:
         loaded = load_yaml(path.read_text())
     except yaml.YAMLError as error:

@@ -15,7 +15,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .imagefolder import SMALL_IMAGE_PX, ImageFiles, check_classes, decode_cached, list_images, open_image, split_dirs
+from .digests import file_digests
+from .imagefolder import (
+    SMALL_IMAGE_PX,
+    ImageFiles,
+    check_classes,
+    check_distinct,
+    decode_cached,
+    list_images,
+    open_image,
+    split_dirs,
+)
 from .subsets import stratified_split
 
 # names of the paper's datasets -> torchvision class names (downloaded with --download where online)
@@ -77,11 +87,13 @@ class StreamData:
 
 def parse_spec(spec: str) -> tuple[str, Path | None]:
     """'cifar10' -> ('cifar10', None); 'imagefolder:/d' -> ('imagefolder', Path('/d'))."""
-    name, _, path = spec.partition(":")
+    name, colon, path = spec.partition(":")
     name = name.strip().lower()
     known = {"digits", "imagefolder", "imagenet", *TORCHVISION_SETS}
     if name not in known:
         raise ValueError(f"unknown dataset {spec!r}; --data takes {DATASETS_HELP}")
+    if name == "digits" and colon:
+        raise ValueError(f"--data {spec}: digits is embedded and takes no path; give --data digits")
     if name in ("imagefolder", "imagenet") and not path:
         raise ValueError(f"--data {name} needs a path: {name}:PATH")
     return name, Path(path).expanduser() if path else None
@@ -157,12 +169,16 @@ def _imagefolder(name: str, path: Path, cache_dir: str | Path | None) -> TensorD
     train_files, train_labels, classes = list_images(train_dir)
     test_files, test_labels, _ = list_images(test_dir, classes)
     check_classes(train_dir, test_dir, classes, train_labels, test_labels)
+    train_digests = file_digests(train_dir, train_files, cache_dir)
+    test_digests = file_digests(test_dir, test_files, cache_dir)
+    check_distinct(train_files, train_digests, test_files, test_digests)
     probe = open_image(train_files[0])
     if max(probe.size) > SMALL_IMAGE_PX:
-        train, test = ImageFiles(train_files, train_labels, classes), ImageFiles(test_files, test_labels, classes)
+        train = ImageFiles(train_files, train_labels, classes, train_digests)
+        test = ImageFiles(test_files, test_labels, classes, test_digests)
         return StreamData(name, train, test, torch.tensor(train_labels), list(classes))
-    train_images = decode_cached(train_files, probe.size, cache_dir)
-    test_images = decode_cached(test_files, probe.size, cache_dir)
+    train_images = decode_cached(train_files, train_digests, probe.size, cache_dir)
+    test_images = decode_cached(test_files, test_digests, probe.size, cache_dir)
     return TensorData(
         name, train_images, torch.tensor(train_labels), test_images, torch.tensor(test_labels), list(classes)
     )
@@ -220,7 +236,8 @@ class Relabelled(torch.utils.data.Dataset):
 
 def fingerprint(data: TensorData | StreamData) -> str:
     """A digest of what a run trains and evaluates on: the pixels and labels of data held in memory, the
-    files (relative paths and sizes) and labels of an image tree; a resumed run checks it is unchanged."""
+    files (relative paths and content digests) and labels of an image tree; a resumed run checks it is
+    unchanged."""
     digest = hashlib.sha256()
     if isinstance(data, TensorData):
         parts = [data.train_images, data.train_labels, data.test_images, data.test_labels]
@@ -230,18 +247,25 @@ def fingerprint(data: TensorData | StreamData) -> str:
             digest.update(tensor.contiguous().view(torch.uint8).numpy().tobytes())
         return digest.hexdigest()[:16]
     for dataset in (data.train, data.val, data.test):
-        indices = getattr(dataset, "indices", None)
-        base = getattr(dataset, "dataset", dataset)
-        files = getattr(base, "files", None)
         digest.update(f"{len(dataset) if dataset is not None else None};".encode())
-        if files is not None:
-            chosen = indices if indices is not None else range(len(files))
-            root = os.path.commonpath([str(f) for f in files]) if files else ""
+        base, chosen = _listed(dataset)
+        if base is not None:
+            root = os.path.commonpath([str(f) for f in base.files])
             for i in chosen:
-                f = files[i]
-                digest.update(f"{os.path.relpath(f, root)}:{f.stat().st_size}:{base.targets[i]};".encode())
+                digest.update(f"{os.path.relpath(base.files[i], root)}:{base.digests[i]}:{base.targets[i]};".encode())
     digest.update(data.train_labels.numpy().tobytes())
     return digest.hexdigest()[:16]
+
+
+def _listed(dataset: torch.utils.data.Dataset | None) -> tuple[ImageFiles | None, list[int]]:
+    """The ImageFiles under a dataset's subsets and relabellings, and where its items are there (None
+    for a dataset of no image tree)."""
+    indices = list(range(len(dataset))) if dataset is not None else []
+    while dataset is not None and not isinstance(dataset, ImageFiles):
+        chosen = getattr(dataset, "indices", None)
+        indices = [chosen[i] for i in indices] if chosen is not None else indices
+        dataset = getattr(dataset, "dataset", None)
+    return dataset, indices
 
 
 def _torchvision(name: str, root: Path, download: bool, train: bool):

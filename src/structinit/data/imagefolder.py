@@ -1,5 +1,6 @@
 """ImageFolder trees: every image listed once (links followed, loops refused), both splits checked to
-hold the same classes, bad images named in one line, small images decoded once into a cached tensor."""
+hold the same classes and not the same images, bad images named in one line, small images decoded once
+into a tensor cached under their content digests."""
 
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ import torch
 from PIL import Image
 
 from ..files import atomic_write, remove_temporaries
+from .digests import cache_folder
 
 SMALL_IMAGE_PX = 64
+# the test images that may also be training images, byte for byte (CIFAR-10's JPEGs share none)
+SHARED_TEST_IMAGES = 0.01
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".gif", ".tif", ".tiff", ".webp"}
 
 
@@ -95,6 +99,19 @@ def check_classes(train: Path, test: Path, classes: list[str], train_labels: lis
             )
 
 
+def check_distinct(train: list[Path], train_digests: list[str], test: list[Path], test_digests: list[str]) -> None:
+    """The test images must not be the training images: a test folder that is a link to the training
+    folder, or a copy of it, would report training accuracy as test accuracy. More than SHARED_TEST_IMAGES
+    of the test images among the training images (by content) is refused."""
+    seen = dict(zip(train_digests, train))
+    shared = [(path, seen[digest]) for path, digest in zip(test, test_digests) if digest in seen]
+    if len(shared) > SHARED_TEST_IMAGES * len(test):
+        raise ValueError(
+            f"{len(shared)} of the {len(test)} test images are training images ({shared[0][0]} holds the bytes of "
+            f"{shared[0][1]}): the test set must not be the training set; remove them from one of the splits"
+        )
+
+
 class ImageError(ValueError):
     """An image that cannot be decoded, named in one line."""
 
@@ -107,18 +124,34 @@ class ImageError(ValueError):
 
 
 def open_image(path: Path, mode: str = "RGB") -> Image.Image:
+    """The image at `path` in `mode`; one line naming the file if it cannot be read."""
     try:
         with Image.open(path) as image:
-            return image.convert(mode)
+            return _eight_bit(image).convert(mode)
+    except Image.DecompressionBombError as error:
+        raise ImageError(
+            f"cannot read image {path}: {error}; resize it, or if it is meant, raise PIL.Image.MAX_IMAGE_PIXELS "
+            "in Python before structinit reads it"
+        ) from None
     except (OSError, ValueError) as error:
         raise ImageError(f"cannot read image {path}: {error}; remove or replace it") from None
+
+
+def _eight_bit(image: Image.Image) -> Image.Image:
+    """16-bit grayscale scaled to 8 bits (PIL's convert clips it: white); 32-bit samples refused, having
+    no one scale."""
+    if image.mode.startswith("I;16"):
+        return Image.fromarray((np.asarray(image) / 257).round().astype(np.uint8), "L")
+    if image.mode in ("I", "F"):
+        raise ValueError(f"its samples are 32-bit (mode {image.mode}), with no one scale to 8 bits")
+    return image
 
 
 class ImageFiles(torch.utils.data.Dataset):
     """(PIL image, label) of listed image files: the streamed path's dataset."""
 
-    def __init__(self, files: list[Path], labels: list[int], classes: list[str]) -> None:
-        self.files, self.targets, self.classes = files, labels, classes
+    def __init__(self, files: list[Path], labels: list[int], classes: list[str], digests: list[str]) -> None:
+        self.files, self.targets, self.classes, self.digests = files, labels, classes, digests
 
     def __len__(self) -> int:
         return len(self.files)
@@ -127,13 +160,15 @@ class ImageFiles(torch.utils.data.Dataset):
         return open_image(self.files[index]), self.targets[index]
 
 
-def decode_cached(files: list[Path], size: tuple[int, int], cache_dir: str | Path | None) -> torch.Tensor:
-    """Decode images into a uint8 (N, 3, H, W) tensor, cached under `cache_dir` by file list and size. A
-    cache file that is damaged, or of another shape, is decoded again and replaced."""
-    key = hashlib.sha1("\n".join(f"{f}:{f.stat().st_mtime_ns}" for f in files).encode()).hexdigest()[:16]
-    cache = Path(cache_dir or Path.home() / ".cache" / "structinit") / f"images-{key}.pt"
+def decode_cached(
+    files: list[Path], digests: list[str], size: tuple[int, int], cache_dir: str | Path | None
+) -> torch.Tensor:
+    """Decode images into a uint8 (N, 3, H, W) tensor, cached under `cache_dir` by the files' content
+    digests. A cache file that is damaged, or of another shape, is decoded again and replaced."""
+    key = hashlib.sha1("\n".join(digests).encode()).hexdigest()[:16]
+    cache = cache_folder(cache_dir) / f"images-{key}.pt"
     shape = (len(files), 3, size[1], size[0])
-    if cache.exists():
+    if cache.is_file():
         try:
             cached = torch.load(cache, map_location="cpu", weights_only=True)
         except Exception:  # damaged (a disk error, a foreign file): decoded again below

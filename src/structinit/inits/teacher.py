@@ -19,7 +19,7 @@ from torch import nn
 
 from ..adapters import get_adapter, unwrap
 from ..errors import first_line
-from ..files import weights_sha256
+from ..files import regular_file, weights_sha256
 
 WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin")
 
@@ -52,9 +52,9 @@ def load_teacher(teacher: Any) -> Teacher:
     if path.is_dir():
         return _cached(str(path.resolve()), (path / "last.pt").stat().st_mtime_ns if (path / "last.pt").exists() else 0)
     if path.exists() or path.suffix in WEIGHT_SUFFIXES:
-        if not path.is_file():
+        if not path.exists():
             raise FileNotFoundError(f"teacher {teacher}: no such file")
-        return _cached(str(path.resolve()), path.stat().st_mtime_ns)
+        return _cached(str(path.resolve()), regular_file(path).st_mtime_ns)
     return _from_module(pretrained(str(teacher)), f"timm:{teacher} (pretrained)")
 
 
@@ -113,6 +113,7 @@ def _from_run(path: Path) -> Teacher:
     heads = None
     report = path / "init_report.json"
     if report.exists():
+        regular_file(report)
         layers = json.loads(report.read_text()).get("layers") or []
         heads = len(layers[0]["heads"]) if layers else None
     return _teacher(_tensors(state["model"], str(checkpoint)), heads, f"run {path.name} (last.pt)")
@@ -120,6 +121,7 @@ def _from_run(path: Path) -> Teacher:
 
 def _torch_file(path: Path) -> Any:
     """A torch.save file opened with weights_only=True: tensors and plain containers, never code."""
+    regular_file(path)
     if not zipfile.is_zipfile(path):
         raise ValueError(f"teacher {path} is not a torch.save archive (truncated, damaged or another format)")
     try:

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ..errors import RunError, first_line
-from ..files import atomic_save
+from ..files import atomic_save, regular_file
 
 
 def load_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
@@ -27,6 +27,7 @@ def load_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no checkpoint at {path}")
+    regular_file(path)
     damaged = f"; prev.pt, if present, holds the epoch before ({path.parent}/prev.pt: copy it over {path.name})"
     if not zipfile.is_zipfile(path):  # torch.save writes zip archives; anything else is damaged or foreign
         raise RunError(f"{path} is truncated or damaged, or not a checkpoint (not a torch.save archive){damaged}")
@@ -52,8 +53,9 @@ def upgrade_checkpoint(path: Path) -> None:
     state) in the safe format. Unpickled with only numpy's array constructors allowed beside
     tensors and plain containers, so no file runs code here either."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise RunError(f"{path}: no such checkpoint file (give a run's last.pt)")
+    regular_file(path)
     if not zipfile.is_zipfile(path):
         raise RunError(f"{path} is damaged or not a checkpoint (not a torch.save archive): nothing to upgrade")
     try:

@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 
 from ..errors import RunError, first_line
+from ..files import regular_file
 from ..inits.labels import KERNEL_SIZE, InitSpec, with_options
 from .provenance import ENVIRONMENT
 from .settings import SETTINGS, TrainConfig, load_yaml
@@ -47,6 +48,7 @@ def read_run_config(path: str | Path) -> tuple[TrainConfig, dict[str, Any] | Non
     one line naming the file if it is damaged."""
     path = Path(path)
     fix = "restore it, or delete it: --resume writes it again from last.pt"
+    regular_file(path)
     try:
         text = path.read_text()
     except UnicodeDecodeError:

@@ -39,6 +39,8 @@ TENSORBOARD = re.compile(r"^events\.out\.tfevents\.")
 def written_by_a_run(path: Path, out: Path | None = None) -> bool:
     """A config.yaml that a run wrote: a mapping with the run's environment record (which it writes
     last) and, with `out`, the run of that directory (a copied one records another)."""
+    if not path.is_file():  # a FIFO or a device is none (and reading it would hang)
+        return False
     try:
         values = load_yaml(path.read_text())
     except (yaml.YAMLError, UnicodeDecodeError, OSError):

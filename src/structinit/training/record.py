@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RunError
-from ..files import atomic_write_text, no_follow
+from ..files import atomic_write_text, no_follow, regular_file
 from .identity import SCHEDULE
 from .settings import flag
 
@@ -31,6 +31,7 @@ class MetricsLog:
         is dropped; any other line that is not such a record is damage, named in one line."""
         if not self.path.exists():
             return []
+        regular_file(self.path)
         try:
             lines = self.path.read_text().splitlines()
         except UnicodeDecodeError:
@@ -126,6 +127,7 @@ def checkpoint_lines(checkpoint: dict[str, Any]) -> list[dict[str, Any]]:
 def read_record(path: Path, fix: str) -> dict[str, Any]:
     """A JSON object the tool wrote (summary.json, init_report.json); one line naming the file and `fix`
     if it is damaged."""
+    regular_file(path)
     try:
         value = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as error:

@@ -212,6 +212,8 @@ def save_snapshot(model: nn.Module, out: Path, epoch: int) -> None:
 
 def _snapshot_of(path: Path, model: dict[str, torch.Tensor]) -> bool:
     """Whether `path` holds weights of the model `model` is the state of (the same names and shapes)."""
+    if not path.is_file():  # a FIFO or a device is no snapshot (and reading it would hang)
+        return False
     try:
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception:
