@@ -17,12 +17,14 @@ from ..report import HeadReport, LayerReport, best_offsets
 
 
 class AttentionLayer(abc.ABC):
-    """One multi-head self-attention layer and the norm in front of it."""
+    """One multi-head self-attention layer and the norm in front of it (the identity in a post-norm
+    block, whose norm follows the attention: the attention reads the block's input as it is)."""
 
     num_heads: int
     head_dim: int
     scale: float  # the factor applied to q.k logits (head_dim ** -0.5 for standard attention)
     norm: nn.Module
+    post_norm: bool = False
 
     @abc.abstractmethod
     def qk_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -170,20 +172,31 @@ class ModelAdapter(abc.ABC):
     def reset_kaiming(self, generator: torch.Generator) -> None:
         """Re-initialise every parameter with PyTorch's defaults, drawing from `generator`."""
 
+    @property
+    def post_norm(self) -> bool:
+        """Whether the blocks normalise after their attention (timm's ResPostBlock, Eva's post-norm
+        blocks): each attention then reads, unnormalised, what the blocks before it made of the tokens."""
+        return any(layer.post_norm for layer in self.layers())
+
+    def pseudo_inputs(self) -> list[torch.Tensor]:
+        """Every attention layer's input (1, T, D) on the pseudo input: its norm of the pseudo tokens, or,
+        in post-norm blocks, what the blocks before it make of them (what a forward pass feeds it)."""
+        tokens, propagate = self.pseudo_tokens().unsqueeze(0), self.post_norm
+        inputs = []
+        for i, layer in enumerate(self.layers()):
+            if propagate and i > 0:
+                tokens = self.run_block(i - 1, tokens)
+            inputs.append(layer.norm(tokens))
+        return inputs
+
     def measured_layers(self, kernel_size: int) -> list[LayerReport]:
         """Best-offset fidelity of every head on the pseudo input (None without a position embedding)."""
         layers = self.layers()
         if self.position_embedding() is None:
             return [LayerReport(i, [HeadReport(None, None)] * layer.num_heads) for i, layer in enumerate(layers)]
-        tokens = self.pseudo_tokens().unsqueeze(0)
         return [
-            LayerReport(
-                i,
-                best_offsets(
-                    layer.attention(layer.norm(tokens)).float(), kernel_size, self.grid, self.num_prefix_tokens
-                ),
-            )
-            for i, layer in enumerate(layers)
+            LayerReport(i, best_offsets(layer.attention(x).float(), kernel_size, self.grid, self.num_prefix_tokens))
+            for i, (layer, x) in enumerate(zip(layers, self.pseudo_inputs()))
         ]
 
 

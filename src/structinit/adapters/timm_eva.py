@@ -21,7 +21,8 @@ class EvaAttentionLayer(AttentionLayer):
     def __init__(self, block: nn.Module) -> None:
         attn = block.attn
         self.attn = attn
-        self.norm = nn.Identity() if isinstance(block, EvaBlockPostNorm) else block.norm1
+        self.post_norm = isinstance(block, EvaBlockPostNorm)
+        self.norm = nn.Identity() if self.post_norm else block.norm1
         self.num_heads, self.scale = attn.num_heads, attn.scale
         # timm < 1.0.17 keeps no head_dim on EvaAttention; the projection's width says it
         width = attn.qkv.out_features // 3 if attn.qkv is not None else attn.q_proj.out_features

@@ -6,18 +6,20 @@ import math
 
 import torch
 from timm.layers import Attention
-from timm.models.vision_transformer import VisionTransformer
+from timm.models.vision_transformer import ResPostBlock, VisionTransformer
 from torch import nn
 
 from .base import AttentionLayer, ModelAdapter, PackedQKVLayer, timm_embeddings_
 
 
 class TimmAttentionLayer(PackedQKVLayer):
-    """timm's `Attention`: fused qkv Linear, optional q/k norms, output projection."""
+    """timm's `Attention`: fused qkv Linear, optional q/k norms, output projection; in a pre-norm block
+    (`Block`) or a post-norm one (`ResPostBlock`, whose norm1 normalises the attention's output)."""
 
     def __init__(self, block: nn.Module) -> None:
         attn = block.attn
-        self.attn, self.norm = attn, block.norm1
+        self.post_norm = isinstance(block, ResPostBlock)
+        self.attn, self.norm = attn, nn.Identity() if self.post_norm else block.norm1
         self.num_heads, self.head_dim, self.scale = attn.num_heads, attn.head_dim, attn.scale
 
     def packed(self) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -23,8 +23,9 @@ def init_impulse(
 ) -> list[LayerReport]:
     """Impulse init: per layer, give each head an offset of the f x f kernel, normalise the pseudo input
     with the layer's norm, solve Q and K so that each query puts `target_fidelity` of its mass on key
-    p + offset (closed form, or the authors' least squares; `refine`: then Adam on the paper's objective,
-    all layers at once), write them (and V/proj) and measure the maps. The options are `ImpulseOptions`'
+    p + offset (closed form, or the authors' least squares; `refine`: then Adam on the paper's objective),
+    write them (and V/proj) and measure the maps. Post-norm blocks are solved on what their attention
+    reads, the previous block's output (as with `propagate`). The options are `ImpulseOptions`'
     (each with its help); the reasons and measured numbers are in docs/methods.md."""
     o = options
     if adapter.position_embedding() is None:
@@ -37,7 +38,8 @@ def init_impulse(
         raise ValueError("the model has no attention layers (depth 0): the impulse init has nothing to set")
     _scale_position(adapter, o.pos_scale, o.scale)
     tokens = _pseudo_tokens(adapter, o.pseudo_input, o.noise_std, generator)
-    content = _content_basis(adapter) if o.blind_to_content else None
+    post_norm = adapter.post_norm  # a post-norm attention reads the previous block's output as it is
+    content = _content_basis(adapter, centred=not post_norm) if o.blind_to_content else None
     sample = z_sampler("uniform", generator)
     solved: list[_Solved] = []
     pseudo: PseudoInput | None = None
@@ -46,14 +48,14 @@ def init_impulse(
         offsets = assign_offsets(layer.num_heads, kernel_size, o.assignment, generator)
         pseudo = _pseudo_input(layer, tokens, content, pseudo, o.rcond)
         q, k = _solve(pseudo, offsets, layer, adapter, o, generator)
+        if o.solver == "refine":
+            q, k = _refined(pseudo, q, k, offsets, layer, adapter, o)
         if o.vproj == "mimetic":
             write_value_proj(layer, o.vproj_alpha, o.vproj_beta, sample)
-        if o.propagate and i + 1 < len(layers):  # the next layer's pseudo input: this block's output
+        if (o.propagate or post_norm) and i + 1 < len(layers):  # the next layer's pseudo input: this block's output
             _write_qk(layer, q, k, pseudo.x, offsets, adapter, o)
             tokens = adapter.run_block(i, tokens.unsqueeze(0))[0]
         solved.append(_Solved(pseudo, q, k, offsets, time.perf_counter() - start))
-    if o.solver == "refine":
-        solved = _refined(solved, layers, adapter, o)
     reports = [_write_and_measure(i, layer, s, adapter, o) for i, (layer, s) in enumerate(zip(layers, solved))]
     _warn_if_short(reports, o, layers[0].head_dim, solved[-1].pseudo.x.shape[0])
     return reports
@@ -103,23 +105,18 @@ def _solve(
 
 
 def _refined(
-    solved: list[_Solved], layers: list[AttentionLayer], adapter: ModelAdapter, o: ImpulseOptions
-) -> list[_Solved]:
-    """The paper's Algorithm 1 from the closed form, over every head of every layer at once."""
-    start = time.perf_counter()
-    qs, ks = refine(
-        [s.pseudo for s in solved],
-        [s.q for s in solved],
-        [s.k for s in solved],
-        [layer.scale for layer in layers],
-        [s.offsets for s in solved],
-        adapter.grid,
-        adapter.num_prefix_tokens,
-        steps=o.refine_steps,
-        lr=o.refine_lr,
-    )
-    share = (time.perf_counter() - start) / len(layers)
-    return [replace(s, q=q, k=k, seconds=s.seconds + share) for s, q, k in zip(solved, qs, ks)]
+    pseudo: PseudoInput,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    offsets: list[Offset],
+    layer: AttentionLayer,
+    adapter: ModelAdapter,
+    o: ImpulseOptions,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The paper's Algorithm 1 from the closed form, over every head of the layer at once."""
+    grid, prefix = adapter.grid, adapter.num_prefix_tokens
+    qs, ks = refine([pseudo], [q], [k], [layer.scale], [offsets], grid, prefix, steps=o.refine_steps, lr=o.refine_lr)
+    return qs[0], ks[0]
 
 
 def _write_qk(
@@ -241,14 +238,16 @@ def _shrink_content(adapter: ModelAdapter, factor: torch.Tensor) -> None:
             param.div_(factor)
 
 
-def _content_basis(adapter: ModelAdapter) -> torch.Tensor | None:
-    """Orthonormal basis (D, m) of the directions a layer-normalised patch embedding can take, when
-    they leave room for position (m < D / 2): Q and K solved outside them see position only."""
+def _content_basis(adapter: ModelAdapter, centred: bool) -> torch.Tensor | None:
+    """Orthonormal basis (D, m) of the directions a patch embedding can take, layer-normalised
+    (`centred`) or as it is (a post-norm attention's input), when they leave room for position
+    (m < D / 2): Q and K solved outside them see position only."""
     columns = adapter.content_directions()
     if columns is None or columns.shape[1] >= columns.shape[0] / 2:  # spans (nearly) everything
         return None
     columns = columns.double().cpu()
-    columns = columns - columns.mean(0, keepdim=True)  # LayerNorm centres every token
+    if centred:  # LayerNorm centres every token
+        columns = columns - columns.mean(0, keepdim=True)
     u, s, _ = torch.linalg.svd(columns, full_matrices=False)
     basis = u[:, s > s[0] * 1e-6]
     return basis if basis.shape[1] < columns.shape[0] / 2 else None
