@@ -3,6 +3,8 @@ item 8's frozen model): post-norm blocks are solved and measured on what their a
 impulse form warns when its maps fall short, every refusal comes before the first write, and the
 refusals name the block they refuse."""
 
+import warnings
+
 import pytest
 import timm
 import torch
@@ -75,3 +77,29 @@ def test_fidelity_of_a_post_norm_model_on_the_pseudo_input_is_its_forward_pass(f
         real = best_offsets(maps, 3, grid, prefix)
         assert [h.offset for h in layer.heads] == [h.offset for h in real], layer.index
         assert [h.fidelity for h in layer.heads] == pytest.approx([h.fidelity for h in real], abs=1e-3)
+
+
+# --- impulse-authors warns where its maps fall short, as every other impulse form does -------------
+
+
+@pytest.mark.parametrize(
+    "name, kwargs, uniform",
+    [
+        ("vit_tiny_p4", dict(embed_dim=64, num_heads=1, depth=1), "0.015"),  # 1 head of width 64: 1/65 exactly
+        ("vit_w96_d6_p2_gap_sincos", dict(depth=1), "0.004"),  # the 256-token regime's model: 1/256
+    ],
+)
+def test_the_authors_solver_warns_when_its_maps_are_uniform(name, kwargs, uniform, make_vit):
+    """The authors' solver can give uniform maps; the closed form warns when a head falls short of
+    target_fidelity, and so does it now, with the uniform value beside the fidelity reached. Where its
+    maps are sharp (3 heads of width 64 on 65 tokens: > 0.99) it stays silent."""
+    from structinit.models import create_model
+
+    torch.manual_seed(0)
+    model = create_model(name, num_classes=10, in_chans=3, data_size=None, **kwargs)
+    with pytest.warns(UserWarning, match=rf"fidelity {uniform} \(a uniform map: {uniform}\), short of target_fidelity"):
+        report = structinit.initialize(model, "impulse-authors", seed=0)
+    assert f"{report.min_fidelity:.3f}" == uniform
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert structinit.initialize(make_vit(num_heads=3), "impulse-authors", seed=0).min_fidelity > 0.99
