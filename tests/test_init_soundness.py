@@ -8,6 +8,8 @@ import warnings
 import pytest
 import timm
 import torch
+from timm.models.mlp_mixer import MlpMixer
+from torch import nn
 
 import structinit
 from structinit.offsets import offset_mass
@@ -103,3 +105,106 @@ def test_the_authors_solver_warns_when_its_maps_are_uniform(name, kwargs, unifor
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert structinit.initialize(make_vit(num_heads=3), "impulse-authors", seed=0).min_fidelity > 0.99
+
+
+# --- a refusal changes nothing: every check comes before the first write ----------------------------
+
+
+def vit(**kwargs):
+    config = dict(img_size=32, patch_size=4, embed_dim=192, depth=2, num_heads=3, num_classes=10)
+    return timm.create_model("vit_tiny_patch16_224", **{**config, **kwargs})
+
+
+def non_affine_qk_norms():
+    model = vit(qk_norm=True)
+    for block in model.blocks:
+        block.attn.q_norm = nn.LayerNorm(64, elementwise_affine=False)
+        block.attn.k_norm = nn.LayerNorm(64, elementwise_affine=False)
+    return model
+
+
+def zero_position_teacher():
+    teacher = vit(embed_dim=384, num_heads=6)
+    teacher.pos_embed.data.zero_()
+    return teacher
+
+
+# name -> (the model, the init label, its options as keywords, the refusal); built when the case runs
+REFUSALS = {
+    # the issue's example: the whole model redrawn, then refused
+    "impulse[base=kaiming] without a position embedding": (
+        lambda: vit(pos_embed="none"),
+        "impulse[base=kaiming]",
+        dict,
+        "this model has none",
+    ),
+    "impulse without a position embedding": (lambda: vit(pos_embed="none"), "impulse", dict, "this model has none"),
+    "impulse at depth 0": (lambda: vit(depth=0), "impulse", dict, r"no attention layers \(depth 0\)"),
+    "impulse[scale=content] with a norm after the patch projection": (
+        lambda: vit(embed_norm_layer="layernorm"),
+        "impulse[scale=content]",
+        dict,
+        "scale=content divides",
+    ),
+    "impulse with q/k norms that have no weight": (non_affine_qk_norms, "impulse", dict, "needs affine q/k norms"),
+    "qk-norm[pos_scale=18] on a model with q/k norms": (
+        lambda: vit(qk_norm=True),
+        "qk-norm[pos_scale=18.0]",
+        dict,
+        "this model normalises each head's q and k",
+    ),
+    "select from a teacher of another grid": (
+        vit,
+        "select",
+        lambda: dict(teacher=vit(img_size=64, embed_dim=384, num_heads=6)),
+        "other token counts",
+    ),
+    "select[qk=impulse] without a position embedding": (
+        lambda: vit(pos_embed="none"),
+        "select[qk=impulse]",
+        lambda: dict(teacher=vit(pos_embed="none", embed_dim=384, num_heads=6)),
+        "this model has none",
+    ),
+    "select[qk=impulse,pos_scale=18] from a constant position embedding": (
+        vit,
+        "select[qk=impulse,pos_scale=18.0]",
+        lambda: dict(teacher=zero_position_teacher()),
+        "pos_embed is constant",
+    ),
+    "Mixer impulse[base=timm] with fewer hidden units than tokens": (
+        lambda: MlpMixer(img_size=32, patch_size=4, num_blocks=2, embed_dim=64, mlp_ratio=(0.5, 4.0)),
+        "impulse[base=timm]",
+        dict,
+        "32 hidden units for 64 tokens",
+    ),
+    # refusals that came first already
+    "select without a teacher": (vit, "select", dict, "select needs a teacher"),
+    "select from a teacher of another family": (
+        vit,
+        "select",
+        lambda: dict(teacher=POST_NORM["eva-post-norm"]()),
+        "the teacher has no",
+    ),
+    "impulse[base=timm,kernel_size=9] on an 8 x 8 grid": (
+        vit,
+        "impulse[base=timm,kernel_size=9]",
+        dict,
+        "does not fit",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", REFUSALS)
+def test_a_refused_init_leaves_the_model_as_it_was(case):
+    """Seven and more refusals changed the model before raising (impulse[base=kaiming] on a ViT without
+    a position embedding redrew every weight, then refused; a teacher's tensors were copied up to the
+    one that did not fit): every check now comes before the first write."""
+    make, label, options, refusal = REFUSALS[case]
+    torch.manual_seed(0)
+    model = make()
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    with pytest.raises(ValueError, match=refusal):
+        structinit.initialize(model, label, seed=0, **options())
+    after = model.state_dict()
+    assert after.keys() == before.keys()
+    assert [name for name in before if not torch.equal(before[name], after[name])] == []

@@ -124,6 +124,8 @@ def _initialize(
     init = family.methods[method]
     resolved = _resolve(init.options, method, given)
     check_kernel_size(kernel_size, adapter.grid)
+    if init.check is not None:  # every refusal before the first write
+        init.check(adapter, resolved)
     start = time.perf_counter()
     with torch.no_grad():
         base = getattr(resolved, "base", "keep")  # the layers a structured init does not set

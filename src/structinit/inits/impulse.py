@@ -28,14 +28,7 @@ def init_impulse(
     reads, the previous block's output (as with `propagate`). The options are `ImpulseOptions`'
     (each with its help); the reasons and measured numbers are in docs/methods.md."""
     o = options
-    if adapter.position_embedding() is None:
-        raise ValueError(
-            "the impulse init solves Q/K from the model's position embedding, and this model has none "
-            "(pos_embed is None); create it with a position embedding (timm: pos_embed='learn')"
-        )
     layers = adapter.layers()
-    if not layers:
-        raise ValueError("the model has no attention layers (depth 0): the impulse init has nothing to set")
     _scale_position(adapter, o.pos_scale, o.scale)
     tokens = _pseudo_tokens(adapter, o.pseudo_input, o.noise_std, generator)
     post_norm = adapter.post_norm  # a post-norm attention reads the previous block's output as it is
@@ -59,6 +52,27 @@ def init_impulse(
     reports = [_write_and_measure(i, layer, s, adapter, o) for i, (layer, s) in enumerate(zip(layers, solved))]
     _warn_if_short(reports, o, layers[0].head_dim, solved[-1].pseudo.x.shape[0])
     return reports
+
+
+def check_impulse(adapter: ModelAdapter, options: ImpulseOptions) -> None:
+    """Every refusal of init_impulse for this model and these options, before anything is written."""
+    if adapter.position_embedding() is None:
+        raise ValueError(
+            "the impulse init solves Q/K from the model's position embedding, and this model has none "
+            "(pos_embed is None); create it with a position embedding (timm: pos_embed='learn')"
+        )
+    layers = adapter.layers()
+    if not layers:
+        raise ValueError("the model has no attention layers (depth 0): the impulse init has nothing to set")
+    shrinks = options.scale == "content" and _scales_position(adapter, options.pos_scale)
+    if shrinks and adapter.patch_projection() is None:
+        raise ValueError(
+            "scale=content divides the patch projection, and this model's patch embedding is not one linear "
+            "map (a norm follows it, or another stem): use scale=position"
+        )
+    norms = [norm for layer in layers for norm in layer.qk_norms() or ()]
+    if options.solver != "authors" and any(getattr(norm, "weight", None) is None for norm in norms):
+        raise ValueError("the impulse init needs affine q/k norms (a weight to set the attention's sharpness)")
 
 
 @dataclass
@@ -187,11 +201,6 @@ def init_qk_norm(
     sample = z_sampler("uniform", generator)
     for layer in adapter.layers():
         if o.norm is not None:
-            if layer.qk_norms() is not None:
-                raise ValueError(
-                    "qk-norm: this model normalises each head's q and k (qk_norm), so the scale of W_q and W_k "
-                    "does not reach the attention; use norm=None"
-                )
             for weight in layer.qk_weights():
                 heads = weight.view(layer.num_heads, layer.head_dim, -1)
                 norms = torch.linalg.vector_norm(heads.double(), dim=(1, 2), keepdim=True).clamp_min(1e-12)
@@ -201,14 +210,21 @@ def init_qk_norm(
     return adapter.measured_layers(kernel_size)
 
 
+def check_qk_norm(adapter: ModelAdapter, options: QKNormOptions) -> None:
+    """The refusal of init_qk_norm, before anything is written."""
+    if options.norm is not None and any(layer.qk_norms() is not None for layer in adapter.layers()):
+        raise ValueError(
+            "qk-norm: this model normalises each head's q and k (qk_norm), so the scale of W_q and W_k "
+            "does not reach the attention; use norm=None"
+        )
+
+
 def _set_qk_norm_gain(
     layer: AttentionLayer, x: torch.Tensor, offsets: list[Offset], grid: tuple[int, int], prefix: int, fidelity: float
 ) -> None:
     """With q/k norms, the norms fix the logits' scale: set both norms' gains to one value g (shared by
     the layer's heads, as the norms are) so that the heads reach `fidelity` on average."""
     norms = layer.qk_norms()
-    if any(getattr(norm, "weight", None) is None for norm in norms):
-        raise ValueError("the impulse init needs affine q/k norms (a weight to set the attention's sharpness)")
     for norm in norms:
         norm.weight.fill_(1.0)
         if getattr(norm, "bias", None) is not None:
@@ -223,11 +239,9 @@ def _set_qk_norm_gain(
 def _scale_position(adapter: ModelAdapter, pos_scale: float | None, how: str) -> None:
     """Bring a learned position embedding to std pos_scale x 0.02 (how="position"), or the patch projection
     and prefix tokens down by the same factor (how="content"); a frozen table or pos_scale None: nothing."""
-    pos = adapter.position_embedding()
-    if pos_scale is None or pos is None or not pos.requires_grad:
+    if not _scales_position(adapter, pos_scale):
         return
-    if float(pos.std()) == 0.0:
-        raise ValueError("the position embedding is constant: initialise it (e.g. method 'timm') first")
+    pos = adapter.position_embedding()
     factor = 0.02 * pos_scale / pos.std()
     if how == "position":
         pos.mul_(factor)
@@ -235,15 +249,16 @@ def _scale_position(adapter: ModelAdapter, pos_scale: float | None, how: str) ->
         _shrink_content(adapter, factor)
 
 
+def _scales_position(adapter: ModelAdapter, pos_scale: float | None) -> bool:
+    """Whether pos_scale acts: it is given, and the position embedding is learned."""
+    pos = adapter.position_embedding()
+    return pos_scale is not None and pos is not None and pos.requires_grad
+
+
 def _shrink_content(adapter: ModelAdapter, factor: torch.Tensor) -> None:
     """Divide the patch projection and the prefix tokens by `factor`: the tokens entering the first
     block are those of a position embedding multiplied by it, divided by it."""
     proj = adapter.patch_projection()
-    if proj is None:
-        raise ValueError(
-            "scale=content divides the patch projection, and this model's patch embedding is not one linear "
-            "map (a norm follows it, or another stem): use scale=position"
-        )
     for param in (proj.weight, proj.bias, *adapter.prefix_tokens()):
         if param is not None:
             param.div_(factor)
