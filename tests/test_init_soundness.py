@@ -208,3 +208,23 @@ def test_a_refused_init_leaves_the_model_as_it_was(case):
     after = model.state_dict()
     assert after.keys() == before.keys()
     assert [name for name in before if not torch.equal(before[name], after[name])] == []
+
+
+# --- a refusal names the block it refuses ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, block",
+    [("vit_pwee_patch16_reg1_gap_256", "ParallelScalingBlock"), ("vit_small_patch16_18x2_224", "ParallelThingsBlock")],
+)
+def test_a_parallel_block_is_refused_by_its_name(name, block, capsys):
+    """timm's parallel blocks (attention beside the MLP) have no `attn` module: the refusal said
+    "uses NoneType"; it names the block's class now, in Python and in one line on the command line."""
+    from structinit.cli import main
+
+    model = timm.create_model(name, img_size=32, patch_size=4, depth=2)
+    with pytest.raises(TypeError, match=rf"block 0 of this VisionTransformer \({block}\) has no `attn` module"):
+        structinit.initialize(model, "impulse", seed=0)
+    assert main(["init", name, "--model-kwargs", "img_size=32,patch_size=4,depth=2", "--init", "mimetic"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"({block}) has no `attn` module" in err and "NoneType" not in err, err

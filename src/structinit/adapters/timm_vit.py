@@ -40,13 +40,9 @@ class TimmViTAdapter(ModelAdapter):
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__(model)
-        for i, block in enumerate(model.blocks):
-            attn = getattr(block, "attn", None)
-            if not isinstance(attn, Attention) or getattr(attn, "gate", None) is not None:
-                raise TypeError(
-                    f"block {i} of this VisionTransformer uses {type(attn).__name__}; structinit supports "
-                    "timm's standard `Attention` (fused qkv, optional qk-norm) in VisionTransformer blocks"
-                )
+        check_blocks(
+            model.blocks, Attention, "VisionTransformer", "timm's standard `Attention` (fused qkv, optional qk-norm)"
+        )
 
     @classmethod
     def matches(cls, model: nn.Module) -> bool:
@@ -116,6 +112,23 @@ class TimmViTAdapter(ModelAdapter):
     def prefix_tokens(self) -> list[nn.Parameter]:
         model = self.model
         return [t for t in (model.cls_token, model.reg_token, getattr(model, "dist_token", None)) if t is not None]
+
+
+def check_blocks(blocks: nn.Module, attention: type, model: str, supported: str) -> None:
+    """Refuse, naming the block's class and what it holds, a block whose `attn` is not an ungated
+    `attention` (timm's newer gated attention, or a block without one: parallel attention and MLP)."""
+    for i, block in enumerate(blocks):
+        attn = getattr(block, "attn", None)
+        if isinstance(attn, attention) and getattr(attn, "gate", None) is None:
+            continue
+        if attn is None:
+            holds = "no `attn` module"
+        else:
+            holds = f"{'a gated ' if isinstance(attn, attention) else ''}{type(attn).__name__} as its `attn`"
+        raise TypeError(
+            f"block {i} of this {model} ({type(block).__name__}) has {holds}; structinit supports blocks whose "
+            f"`attn` is {supported}"
+        )
 
 
 def reset_with_timm(model: nn.Module, generator: torch.Generator) -> None:
