@@ -8,10 +8,13 @@ import warnings
 import pytest
 import timm
 import torch
+from timm.layers import build_sincos2d_pos_embed
 from timm.models.mlp_mixer import MlpMixer
 from torch import nn
+from torchvision.models.vision_transformer import VisionTransformer
 
 import structinit
+from structinit.models import create_model
 from structinit.offsets import offset_mass
 from structinit.report import best_offsets
 
@@ -95,8 +98,6 @@ def test_the_authors_solver_warns_when_its_maps_are_uniform(name, kwargs, unifor
     """The authors' solver can give uniform maps; the closed form warns when a head falls short of
     target_fidelity, and so does it now, with the uniform value beside the fidelity reached. Where its
     maps are sharp (3 heads of width 64 on 65 tokens: > 0.99) it stays silent."""
-    from structinit.models import create_model
-
     torch.manual_seed(0)
     model = create_model(name, num_classes=10, in_chans=3, data_size=None, **kwargs)
     with pytest.warns(UserWarning, match=rf"fidelity {uniform} \(a uniform map: {uniform}\), short of target_fidelity"):
@@ -228,3 +229,39 @@ def test_a_parallel_block_is_refused_by_its_name(name, block, capsys):
     assert main(["init", name, "--model-kwargs", "img_size=32,patch_size=4,depth=2", "--init", "mimetic"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"({block}) has no `attn` module" in err and "NoneType" not in err, err
+
+
+# --- a frozen model gets the init of an unfrozen one ---------------------------------------------------
+
+
+FROZEN = {
+    "timm ViT": vit,
+    "torchvision ViT": lambda: VisionTransformer(
+        image_size=32, patch_size=4, num_layers=2, num_heads=3, hidden_dim=192, mlp_dim=384, num_classes=10
+    ),
+    "the sin-cos preset": lambda: create_model(
+        "vit_d6_p4_gap_sincos", num_classes=10, in_chans=3, data_size=32, depth=2
+    ),
+}
+
+
+@pytest.mark.parametrize("family", FROZEN)
+@pytest.mark.parametrize("init", ["impulse", "impulse[base=kaiming]", "qk-norm[pos_scale=18.0]"])
+def test_a_frozen_model_gets_the_init_of_an_unfrozen_one(family, init):
+    """With model.requires_grad_(False) the init took the learned position embedding for a fixed table
+    (not redrawn from the seed, not rescaled): other weights, the same report. Learned or fixed is now
+    what the table is (a Parameter, or a buffer / the sin-cos table), so the weights are bit-identical;
+    the preset's sin-cos table stays as it is either way, and the frozen model stays frozen."""
+    models = []
+    for freeze in (False, True):
+        torch.manual_seed(0)
+        model = FROZEN[family]()
+        if freeze:
+            model.requires_grad_(False)
+        structinit.initialize(model, init, seed=0)
+        models.append(model)
+    unfrozen, frozen = (model.state_dict() for model in models)
+    assert [name for name in unfrozen if not torch.equal(unfrozen[name], frozen[name])] == []
+    assert not any(p.requires_grad for p in models[1].parameters())
+    if family == "the sin-cos preset":
+        assert torch.equal(frozen["pos_embed"][0], build_sincos2d_pos_embed((8, 8), 192))

@@ -11,6 +11,7 @@ import abc
 from typing import ClassVar
 
 import torch
+from timm.layers import build_sincos2d_pos_embed
 from torch import nn
 
 from ..report import HeadReport, LayerReport, best_offsets
@@ -121,8 +122,17 @@ class ModelAdapter(abc.ABC):
         """The attention layers, in forward order."""
 
     @abc.abstractmethod
-    def position_embedding(self) -> nn.Parameter | None:
+    def position_embedding(self) -> torch.Tensor | None:
         """The additive absolute position embedding, or None if the model has none."""
+
+    def learned_position(self) -> nn.Parameter | None:
+        """The position embedding if the model learns it: a Parameter that is not the fixed 2-D sin-cos
+        table of the grid. A buffer or a sin-cos table is part of the architecture, and every init keeps
+        it. Decided by what the table is, not by requires_grad, which freezing a model clears everywhere."""
+        position = self.position_embedding()
+        if not isinstance(position, nn.Parameter) or is_sincos_table(position, self.grid):
+            return None
+        return position
 
     @abc.abstractmethod
     def pseudo_tokens(self) -> torch.Tensor:
@@ -159,10 +169,8 @@ class ModelAdapter(abc.ABC):
     def redraw_embeddings(self, generator: torch.Generator) -> None:
         """Draw a learned position embedding (trunc-normal, std 0.02) and the prefix tokens (N(0, 1e-6))
         from `generator`, as timm's init does. The solve reads them, so with this the same seed gives
-        the same weights however the model was constructed; a frozen table (sin-cos) is kept."""
-        position = self.position_embedding()
-        learned = position if position is not None and position.requires_grad else None
-        timm_embeddings_(learned, self.prefix_tokens(), generator)
+        the same weights however the model was constructed; a fixed table (sin-cos) is kept."""
+        timm_embeddings_(self.learned_position(), self.prefix_tokens(), generator)
 
     @abc.abstractmethod
     def reset_timm(self, generator: torch.Generator) -> None:
@@ -206,6 +214,17 @@ def timm_embeddings_(position: nn.Parameter | None, tokens: list[nn.Parameter], 
         nn.init.trunc_normal_(position, std=0.02, generator=generator)
     for token in tokens:
         nn.init.normal_(token, std=1e-6, generator=generator)
+
+
+def is_sincos_table(position: torch.Tensor, grid: tuple[int, int]) -> bool:
+    """Whether the grid rows (the last N) of a position embedding are the 2-D sin-cos table of `grid` with
+    its columns in any order (timm's build_sincos2d_pos_embed, MAE's layout): their Gram matrices agree."""
+    width, tokens = position.shape[-1], grid[0] * grid[1]
+    rows = position.detach().reshape(-1, width)[-tokens:].double().cpu()
+    if width % 4 or rows.shape[0] != tokens:
+        return False
+    table = build_sincos2d_pos_embed(list(grid), width).double()
+    return torch.allclose(rows @ rows.T, table @ table.T, rtol=0.0, atol=1e-4 * width)
 
 
 def patchify_directions(proj: nn.Conv2d) -> torch.Tensor:

@@ -59,7 +59,7 @@ class TimmViTAdapter(ModelAdapter):
     def layers(self) -> list[AttentionLayer]:
         return [TimmAttentionLayer(block) for block in self.model.blocks]
 
-    def position_embedding(self) -> nn.Parameter | None:
+    def position_embedding(self) -> torch.Tensor | None:
         return self.model.pos_embed
 
     def _add_position(self, patches: torch.Tensor) -> torch.Tensor:
@@ -98,16 +98,14 @@ class TimmViTAdapter(ModelAdapter):
 
     def reset_timm(self, generator: torch.Generator) -> None:
         pos = self.model.pos_embed
-        fixed = pos.detach().clone() if pos is not None and not pos.requires_grad else None
+        fixed = pos.detach().clone() if pos is not None and self.learned_position() is None else None
         reset_with_timm(self.model, generator)
-        if fixed is not None:  # a frozen table (e.g. sin-cos) is part of the architecture, not the init
+        if fixed is not None:  # a fixed table (e.g. sin-cos) is part of the architecture, not the init
             pos.copy_(fixed)
 
     def reset_kaiming(self, generator: torch.Generator) -> None:
         # weight_init="skip" leaves the position embedding and tokens uninitialised: timm's values
-        model = self.model
-        pos = model.pos_embed if model.pos_embed is not None and model.pos_embed.requires_grad else None
-        torch_defaults_(model, generator, pos, self.prefix_tokens())
+        torch_defaults_(self.model, generator, self.learned_position(), self.prefix_tokens())
 
     def prefix_tokens(self) -> list[nn.Parameter]:
         model = self.model
@@ -142,10 +140,10 @@ def reset_with_timm(model: nn.Module, generator: torch.Generator) -> None:
 
 
 def timm_scheme_(
-    model: nn.Module, generator: torch.Generator, position: nn.Parameter, tokens: list[nn.Parameter]
+    model: nn.Module, generator: torch.Generator, position: nn.Parameter | None, tokens: list[nn.Parameter]
 ) -> None:
     """timm's ViT scheme on another library's ViT: trunc-normal(0.02) Linear and packed in_proj
-    weights, zero biases, LayerNorm 1/0, trunc-normal(0.02) position embedding, prefix tokens
+    weights, zero biases, LayerNorm 1/0, trunc-normal(0.02) learned position embedding, prefix tokens
     N(0, 1e-6); the patchify convolution keeps its own init (timm leaves convolutions alone too)."""
     for module in model.modules():
         if isinstance(module, nn.Linear):

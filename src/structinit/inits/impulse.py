@@ -238,10 +238,10 @@ def _set_qk_norm_gain(
 
 def _scale_position(adapter: ModelAdapter, pos_scale: float | None, how: str) -> None:
     """Bring a learned position embedding to std pos_scale x 0.02 (how="position"), or the patch projection
-    and prefix tokens down by the same factor (how="content"); a frozen table or pos_scale None: nothing."""
+    and prefix tokens down by the same factor (how="content"); a fixed table or pos_scale None: nothing."""
     if not _scales_position(adapter, pos_scale):
         return
-    pos = adapter.position_embedding()
+    pos = adapter.learned_position()
     factor = 0.02 * pos_scale / pos.std()
     if how == "position":
         pos.mul_(factor)
@@ -251,8 +251,7 @@ def _scale_position(adapter: ModelAdapter, pos_scale: float | None, how: str) ->
 
 def _scales_position(adapter: ModelAdapter, pos_scale: float | None) -> bool:
     """Whether pos_scale acts: it is given, and the position embedding is learned."""
-    pos = adapter.position_embedding()
-    return pos_scale is not None and pos is not None and pos.requires_grad
+    return pos_scale is not None and adapter.learned_position() is not None
 
 
 def _shrink_content(adapter: ModelAdapter, factor: torch.Tensor) -> None:
