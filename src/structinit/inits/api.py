@@ -50,6 +50,7 @@ def initialize(
     "kaiming" every weight is drawn from the seed); `structinit init --seed` and the trainer seed the
     model's construction as well, so their weights repeat exactly. A model wrapped by torch.compile,
     DistributedDataParallel or DataParallel is initialised through the wrapper (they share weights).
+    An init that refuses a model or its options does so before it writes anything.
     """
     if seed is None:
         seed = int(torch.randint(2**31 - 1, (1,)))
