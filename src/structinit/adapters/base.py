@@ -223,6 +223,8 @@ def is_sincos_table(position: torch.Tensor, grid: tuple[int, int]) -> bool:
     rows = position.detach().reshape(-1, width)[-tokens:].double().cpu()
     if width % 4 or rows.shape[0] != tokens:
         return False
+    if not torch.allclose(rows.square().sum(1), torch.full((tokens,), width / 2.0, dtype=torch.float64), atol=1e-3):
+        return False  # every row of the table has norm^2 D / 2 (pairs of sin^2 + cos^2): the cheap test first
     table = build_sincos2d_pos_embed(list(grid), width).double()
     return torch.allclose(rows @ rows.T, table @ table.T, rtol=0.0, atol=1e-4 * width)
 
