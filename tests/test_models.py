@@ -139,7 +139,7 @@ def test_model_without_position_embedding():
 def test_unsupported_attention_block():
     model = small_vit()
     model.blocks[1].attn = torch.nn.Identity()
-    with pytest.raises(TypeError, match="block 1 of this VisionTransformer uses Identity"):
+    with pytest.raises(TypeError, match=r"block 1 of this VisionTransformer \(Block\) has Identity as its `attn`"):
         structinit.initialize(model, "impulse")
 
 

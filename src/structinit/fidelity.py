@@ -21,11 +21,10 @@ if TYPE_CHECKING:
 
 def layer_inputs(adapter: ModelAdapter, images: torch.Tensor | None) -> list[torch.Tensor]:
     """The normalised input of every attention layer: for images, that of the real forward pass;
-    without images, each layer's norm applied to the pseudo tokens."""
-    layers = adapter.layers()
+    without images, that of the pseudo input (ModelAdapter.pseudo_inputs)."""
     if images is None:
-        tokens = adapter.pseudo_tokens().unsqueeze(0)
-        return [layer.norm(tokens) for layer in layers]
+        return adapter.pseudo_inputs()
+    layers = adapter.layers()
     x = adapter.embed(images)
     inputs = []
     for i, layer in enumerate(layers):

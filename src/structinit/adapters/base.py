@@ -11,18 +11,21 @@ import abc
 from typing import ClassVar
 
 import torch
+from timm.layers import build_sincos2d_pos_embed
 from torch import nn
 
 from ..report import HeadReport, LayerReport, best_offsets
 
 
 class AttentionLayer(abc.ABC):
-    """One multi-head self-attention layer and the norm in front of it."""
+    """One multi-head self-attention layer and the norm in front of it (the identity in a post-norm
+    block, whose norm follows the attention: the attention reads the block's input as it is)."""
 
     num_heads: int
     head_dim: int
     scale: float  # the factor applied to q.k logits (head_dim ** -0.5 for standard attention)
     norm: nn.Module
+    post_norm: bool = False
 
     @abc.abstractmethod
     def qk_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -119,8 +122,17 @@ class ModelAdapter(abc.ABC):
         """The attention layers, in forward order."""
 
     @abc.abstractmethod
-    def position_embedding(self) -> nn.Parameter | None:
+    def position_embedding(self) -> torch.Tensor | None:
         """The additive absolute position embedding, or None if the model has none."""
+
+    def learned_position(self) -> nn.Parameter | None:
+        """The position embedding if the model learns it: a Parameter that is not the fixed 2-D sin-cos
+        table of the grid. A buffer or a sin-cos table is part of the architecture, and every init keeps
+        it. Decided by what the table is, not by requires_grad, which freezing a model clears everywhere."""
+        position = self.position_embedding()
+        if not isinstance(position, nn.Parameter) or is_sincos_table(position, self.grid):
+            return None
+        return position
 
     @abc.abstractmethod
     def pseudo_tokens(self) -> torch.Tensor:
@@ -157,10 +169,8 @@ class ModelAdapter(abc.ABC):
     def redraw_embeddings(self, generator: torch.Generator) -> None:
         """Draw a learned position embedding (trunc-normal, std 0.02) and the prefix tokens (N(0, 1e-6))
         from `generator`, as timm's init does. The solve reads them, so with this the same seed gives
-        the same weights however the model was constructed; a frozen table (sin-cos) is kept."""
-        position = self.position_embedding()
-        learned = position if position is not None and position.requires_grad else None
-        timm_embeddings_(learned, self.prefix_tokens(), generator)
+        the same weights however the model was constructed; a fixed table (sin-cos) is kept."""
+        timm_embeddings_(self.learned_position(), self.prefix_tokens(), generator)
 
     @abc.abstractmethod
     def reset_timm(self, generator: torch.Generator) -> None:
@@ -170,20 +180,31 @@ class ModelAdapter(abc.ABC):
     def reset_kaiming(self, generator: torch.Generator) -> None:
         """Re-initialise every parameter with PyTorch's defaults, drawing from `generator`."""
 
+    @property
+    def post_norm(self) -> bool:
+        """Whether the blocks normalise after their attention (timm's ResPostBlock, Eva's post-norm
+        blocks): each attention then reads, unnormalised, what the blocks before it made of the tokens."""
+        return any(layer.post_norm for layer in self.layers())
+
+    def pseudo_inputs(self) -> list[torch.Tensor]:
+        """Every attention layer's input (1, T, D) on the pseudo input: its norm of the pseudo tokens, or,
+        in post-norm blocks, what the blocks before it make of them (what a forward pass feeds it)."""
+        tokens, propagate = self.pseudo_tokens().unsqueeze(0), self.post_norm
+        inputs = []
+        for i, layer in enumerate(self.layers()):
+            if propagate and i > 0:
+                tokens = self.run_block(i - 1, tokens)
+            inputs.append(layer.norm(tokens))
+        return inputs
+
     def measured_layers(self, kernel_size: int) -> list[LayerReport]:
         """Best-offset fidelity of every head on the pseudo input (None without a position embedding)."""
         layers = self.layers()
         if self.position_embedding() is None:
             return [LayerReport(i, [HeadReport(None, None)] * layer.num_heads) for i, layer in enumerate(layers)]
-        tokens = self.pseudo_tokens().unsqueeze(0)
         return [
-            LayerReport(
-                i,
-                best_offsets(
-                    layer.attention(layer.norm(tokens)).float(), kernel_size, self.grid, self.num_prefix_tokens
-                ),
-            )
-            for i, layer in enumerate(layers)
+            LayerReport(i, best_offsets(layer.attention(x).float(), kernel_size, self.grid, self.num_prefix_tokens))
+            for i, (layer, x) in enumerate(zip(layers, self.pseudo_inputs()))
         ]
 
 
@@ -193,6 +214,19 @@ def timm_embeddings_(position: nn.Parameter | None, tokens: list[nn.Parameter], 
         nn.init.trunc_normal_(position, std=0.02, generator=generator)
     for token in tokens:
         nn.init.normal_(token, std=1e-6, generator=generator)
+
+
+def is_sincos_table(position: torch.Tensor, grid: tuple[int, int]) -> bool:
+    """Whether the grid rows (the last N) of a position embedding are the 2-D sin-cos table of `grid` with
+    its columns in any order (timm's build_sincos2d_pos_embed, MAE's layout): their Gram matrices agree."""
+    width, tokens = position.shape[-1], grid[0] * grid[1]
+    rows = position.detach().reshape(-1, width)[-tokens:].double().cpu()
+    if width % 4 or rows.shape[0] != tokens:
+        return False
+    if not torch.allclose(rows.square().sum(1), torch.full((tokens,), width / 2.0, dtype=torch.float64), atol=1e-3):
+        return False  # every row of the table has norm^2 D / 2 (pairs of sin^2 + cos^2): the cheap test first
+    table = build_sincos2d_pos_embed(list(grid), width).double()
+    return torch.allclose(rows @ rows.T, table @ table.T, rtol=0.0, atol=1e-4 * width)
 
 
 def patchify_directions(proj: nn.Conv2d) -> torch.Tensor:

@@ -91,7 +91,7 @@ class HFViTAdapter(ModelAdapter):
         return [t for t in (embeddings.cls_token, getattr(embeddings, "mask_token", None)) if t is not None]
 
     def reset_timm(self, generator: torch.Generator) -> None:
-        timm_scheme_(self.model, generator, self.position_embedding(), self.prefix_tokens())
+        timm_scheme_(self.model, generator, self.learned_position(), self.prefix_tokens())
 
     def reset_kaiming(self, generator: torch.Generator) -> None:
-        torch_defaults_(self.model, generator, self.position_embedding(), self.prefix_tokens())
+        torch_defaults_(self.model, generator, self.learned_position(), self.prefix_tokens())

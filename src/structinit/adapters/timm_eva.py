@@ -14,14 +14,15 @@ from timm.models.eva import Eva, EvaAttention, EvaBlockPostNorm
 from torch import nn
 
 from .base import AttentionLayer
-from .timm_vit import TimmViTAdapter, _eval
+from .timm_vit import TimmViTAdapter, _eval, check_blocks
 
 
 class EvaAttentionLayer(AttentionLayer):
     def __init__(self, block: nn.Module) -> None:
         attn = block.attn
         self.attn = attn
-        self.norm = nn.Identity() if isinstance(block, EvaBlockPostNorm) else block.norm1
+        self.post_norm = isinstance(block, EvaBlockPostNorm)
+        self.norm = nn.Identity() if self.post_norm else block.norm1
         self.num_heads, self.scale = attn.num_heads, attn.scale
         # timm < 1.0.17 keeps no head_dim on EvaAttention; the projection's width says it
         width = attn.qkv.out_features // 3 if attn.qkv is not None else attn.q_proj.out_features
@@ -68,10 +69,7 @@ class TimmEvaAdapter(TimmViTAdapter):
                 "the attention; structinit's impulse init solves Q/K on the absolute position embedding and "
                 "supports Eva models without RoPE (create it with use_rot_pos_emb=False, use_abs_pos_emb=True)"
             )
-        for i, block in enumerate(model.blocks):
-            gated = getattr(block.attn, "gate", None) is not None  # timm's newer gated attention
-            if not isinstance(block.attn, EvaAttention) or gated:
-                raise TypeError(f"block {i} uses {type(block.attn).__name__}; structinit supports Eva's EvaAttention")
+        check_blocks(model.blocks, EvaAttention, "Eva", "Eva's `EvaAttention`")
 
     @classmethod
     def matches(cls, model: nn.Module) -> bool:

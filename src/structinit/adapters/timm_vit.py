@@ -6,18 +6,20 @@ import math
 
 import torch
 from timm.layers import Attention
-from timm.models.vision_transformer import VisionTransformer
+from timm.models.vision_transformer import ResPostBlock, VisionTransformer
 from torch import nn
 
 from .base import AttentionLayer, ModelAdapter, PackedQKVLayer, timm_embeddings_
 
 
 class TimmAttentionLayer(PackedQKVLayer):
-    """timm's `Attention`: fused qkv Linear, optional q/k norms, output projection."""
+    """timm's `Attention`: fused qkv Linear, optional q/k norms, output projection; in a pre-norm block
+    (`Block`) or a post-norm one (`ResPostBlock`, whose norm1 normalises the attention's output)."""
 
     def __init__(self, block: nn.Module) -> None:
         attn = block.attn
-        self.attn, self.norm = attn, block.norm1
+        self.post_norm = isinstance(block, ResPostBlock)
+        self.attn, self.norm = attn, nn.Identity() if self.post_norm else block.norm1
         self.num_heads, self.head_dim, self.scale = attn.num_heads, attn.head_dim, attn.scale
 
     def packed(self) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -38,13 +40,9 @@ class TimmViTAdapter(ModelAdapter):
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__(model)
-        for i, block in enumerate(model.blocks):
-            attn = getattr(block, "attn", None)
-            if not isinstance(attn, Attention) or getattr(attn, "gate", None) is not None:
-                raise TypeError(
-                    f"block {i} of this VisionTransformer uses {type(attn).__name__}; structinit supports "
-                    "timm's standard `Attention` (fused qkv, optional qk-norm) in VisionTransformer blocks"
-                )
+        check_blocks(
+            model.blocks, Attention, "VisionTransformer", "timm's standard `Attention` (fused qkv, optional qk-norm)"
+        )
 
     @classmethod
     def matches(cls, model: nn.Module) -> bool:
@@ -61,7 +59,7 @@ class TimmViTAdapter(ModelAdapter):
     def layers(self) -> list[AttentionLayer]:
         return [TimmAttentionLayer(block) for block in self.model.blocks]
 
-    def position_embedding(self) -> nn.Parameter | None:
+    def position_embedding(self) -> torch.Tensor | None:
         return self.model.pos_embed
 
     def _add_position(self, patches: torch.Tensor) -> torch.Tensor:
@@ -100,20 +98,35 @@ class TimmViTAdapter(ModelAdapter):
 
     def reset_timm(self, generator: torch.Generator) -> None:
         pos = self.model.pos_embed
-        fixed = pos.detach().clone() if pos is not None and not pos.requires_grad else None
+        fixed = pos.detach().clone() if pos is not None and self.learned_position() is None else None
         reset_with_timm(self.model, generator)
-        if fixed is not None:  # a frozen table (e.g. sin-cos) is part of the architecture, not the init
+        if fixed is not None:  # a fixed table (e.g. sin-cos) is part of the architecture, not the init
             pos.copy_(fixed)
 
     def reset_kaiming(self, generator: torch.Generator) -> None:
         # weight_init="skip" leaves the position embedding and tokens uninitialised: timm's values
-        model = self.model
-        pos = model.pos_embed if model.pos_embed is not None and model.pos_embed.requires_grad else None
-        torch_defaults_(model, generator, pos, self.prefix_tokens())
+        torch_defaults_(self.model, generator, self.learned_position(), self.prefix_tokens())
 
     def prefix_tokens(self) -> list[nn.Parameter]:
         model = self.model
         return [t for t in (model.cls_token, model.reg_token, getattr(model, "dist_token", None)) if t is not None]
+
+
+def check_blocks(blocks: nn.Module, attention: type, model: str, supported: str) -> None:
+    """Refuse, naming the block's class and what it holds, a block whose `attn` is not an ungated
+    `attention` (timm's newer gated attention, or a block without one: parallel attention and MLP)."""
+    for i, block in enumerate(blocks):
+        attn = getattr(block, "attn", None)
+        if isinstance(attn, attention) and getattr(attn, "gate", None) is None:
+            continue
+        if attn is None:
+            holds = "no `attn` module"
+        else:
+            holds = f"{'a gated ' if isinstance(attn, attention) else ''}{type(attn).__name__} as its `attn`"
+        raise TypeError(
+            f"block {i} of this {model} ({type(block).__name__}) has {holds}; structinit supports blocks whose "
+            f"`attn` is {supported}"
+        )
 
 
 def reset_with_timm(model: nn.Module, generator: torch.Generator) -> None:
@@ -127,10 +140,10 @@ def reset_with_timm(model: nn.Module, generator: torch.Generator) -> None:
 
 
 def timm_scheme_(
-    model: nn.Module, generator: torch.Generator, position: nn.Parameter, tokens: list[nn.Parameter]
+    model: nn.Module, generator: torch.Generator, position: nn.Parameter | None, tokens: list[nn.Parameter]
 ) -> None:
     """timm's ViT scheme on another library's ViT: trunc-normal(0.02) Linear and packed in_proj
-    weights, zero biases, LayerNorm 1/0, trunc-normal(0.02) position embedding, prefix tokens
+    weights, zero biases, LayerNorm 1/0, trunc-normal(0.02) learned position embedding, prefix tokens
     N(0, 1e-6); the patchify convolution keeps its own init (timm leaves convolutions alone too)."""
     for module in model.modules():
         if isinstance(module, nn.Linear):

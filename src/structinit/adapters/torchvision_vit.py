@@ -74,10 +74,10 @@ class TorchvisionViTAdapter(ModelAdapter):
             return self.model.encoder.layers[index](x)
 
     def reset_timm(self, generator: torch.Generator) -> None:
-        timm_scheme_(self.model, generator, self.model.encoder.pos_embedding, self.prefix_tokens())
+        timm_scheme_(self.model, generator, self.learned_position(), self.prefix_tokens())
 
     def reset_kaiming(self, generator: torch.Generator) -> None:
-        torch_defaults_(self.model, generator, self.model.encoder.pos_embedding, self.prefix_tokens())
+        torch_defaults_(self.model, generator, self.learned_position(), self.prefix_tokens())
 
     def prefix_tokens(self) -> list[nn.Parameter]:
         return [self.model.class_token]

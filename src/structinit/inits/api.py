@@ -50,6 +50,7 @@ def initialize(
     "kaiming" every weight is drawn from the seed); `structinit init --seed` and the trainer seed the
     model's construction as well, so their weights repeat exactly. A model wrapped by torch.compile,
     DistributedDataParallel or DataParallel is initialised through the wrapper (they share weights).
+    An init that refuses a model or its options does so before it writes anything.
     """
     if seed is None:
         seed = int(torch.randint(2**31 - 1, (1,)))
@@ -124,6 +125,8 @@ def _initialize(
     init = family.methods[method]
     resolved = _resolve(init.options, method, given)
     check_kernel_size(kernel_size, adapter.grid)
+    if init.check is not None:  # every refusal before the first write
+        init.check(adapter, resolved)
     start = time.perf_counter()
     with torch.no_grad():
         base = getattr(resolved, "base", "keep")  # the layers a structured init does not set

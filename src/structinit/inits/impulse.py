@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -23,21 +23,16 @@ def init_impulse(
 ) -> list[LayerReport]:
     """Impulse init: per layer, give each head an offset of the f x f kernel, normalise the pseudo input
     with the layer's norm, solve Q and K so that each query puts `target_fidelity` of its mass on key
-    p + offset (closed form, or the authors' least squares; `refine`: then Adam on the paper's objective,
-    all layers at once), write them (and V/proj) and measure the maps. The options are `ImpulseOptions`'
+    p + offset (closed form, or the authors' least squares; `refine`: then Adam on the paper's objective),
+    write them (and V/proj) and measure the maps. Post-norm blocks are solved on what their attention
+    reads, the previous block's output (as with `propagate`). The options are `ImpulseOptions`'
     (each with its help); the reasons and measured numbers are in docs/methods.md."""
     o = options
-    if adapter.position_embedding() is None:
-        raise ValueError(
-            "the impulse init solves Q/K from the model's position embedding, and this model has none "
-            "(pos_embed is None); create it with a position embedding (timm: pos_embed='learn')"
-        )
     layers = adapter.layers()
-    if not layers:
-        raise ValueError("the model has no attention layers (depth 0): the impulse init has nothing to set")
     _scale_position(adapter, o.pos_scale, o.scale)
     tokens = _pseudo_tokens(adapter, o.pseudo_input, o.noise_std, generator)
-    content = _content_basis(adapter) if o.blind_to_content else None
+    post_norm = adapter.post_norm  # a post-norm attention reads the previous block's output as it is
+    content = _content_basis(adapter, centred=not post_norm) if o.blind_to_content else None
     sample = z_sampler("uniform", generator)
     solved: list[_Solved] = []
     pseudo: PseudoInput | None = None
@@ -46,17 +41,38 @@ def init_impulse(
         offsets = assign_offsets(layer.num_heads, kernel_size, o.assignment, generator)
         pseudo = _pseudo_input(layer, tokens, content, pseudo, o.rcond)
         q, k = _solve(pseudo, offsets, layer, adapter, o, generator)
+        if o.solver == "refine":
+            q, k = _refined(pseudo, q, k, offsets, layer, adapter, o)
         if o.vproj == "mimetic":
             write_value_proj(layer, o.vproj_alpha, o.vproj_beta, sample)
-        if o.propagate and i + 1 < len(layers):  # the next layer's pseudo input: this block's output
+        if (o.propagate or post_norm) and i + 1 < len(layers):  # the next layer's pseudo input: this block's output
             _write_qk(layer, q, k, pseudo.x, offsets, adapter, o)
             tokens = adapter.run_block(i, tokens.unsqueeze(0))[0]
         solved.append(_Solved(pseudo, q, k, offsets, time.perf_counter() - start))
-    if o.solver == "refine":
-        solved = _refined(solved, layers, adapter, o)
     reports = [_write_and_measure(i, layer, s, adapter, o) for i, (layer, s) in enumerate(zip(layers, solved))]
     _warn_if_short(reports, o, layers[0].head_dim, solved[-1].pseudo.x.shape[0])
     return reports
+
+
+def check_impulse(adapter: ModelAdapter, options: ImpulseOptions) -> None:
+    """Every refusal of init_impulse for this model and these options, before anything is written."""
+    if adapter.position_embedding() is None:
+        raise ValueError(
+            "the impulse init solves Q/K from the model's position embedding, and this model has none "
+            "(pos_embed is None); create it with a position embedding (timm: pos_embed='learn')"
+        )
+    layers = adapter.layers()
+    if not layers:
+        raise ValueError("the model has no attention layers (depth 0): the impulse init has nothing to set")
+    shrinks = options.scale == "content" and _scales_position(adapter, options.pos_scale)
+    if shrinks and adapter.patch_projection() is None:
+        raise ValueError(
+            "scale=content divides the patch projection, and this model's patch embedding is not one linear "
+            "map (a norm follows it, or another stem): use scale=position"
+        )
+    norms = [norm for layer in layers for norm in layer.qk_norms() or ()]
+    if options.solver != "authors" and any(getattr(norm, "weight", None) is None for norm in norms):
+        raise ValueError("the impulse init needs affine q/k norms (a weight to set the attention's sharpness)")
 
 
 @dataclass
@@ -103,23 +119,18 @@ def _solve(
 
 
 def _refined(
-    solved: list[_Solved], layers: list[AttentionLayer], adapter: ModelAdapter, o: ImpulseOptions
-) -> list[_Solved]:
-    """The paper's Algorithm 1 from the closed form, over every head of every layer at once."""
-    start = time.perf_counter()
-    qs, ks = refine(
-        [s.pseudo for s in solved],
-        [s.q for s in solved],
-        [s.k for s in solved],
-        [layer.scale for layer in layers],
-        [s.offsets for s in solved],
-        adapter.grid,
-        adapter.num_prefix_tokens,
-        steps=o.refine_steps,
-        lr=o.refine_lr,
-    )
-    share = (time.perf_counter() - start) / len(layers)
-    return [replace(s, q=q, k=k, seconds=s.seconds + share) for s, q, k in zip(solved, qs, ks)]
+    pseudo: PseudoInput,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    offsets: list[Offset],
+    layer: AttentionLayer,
+    adapter: ModelAdapter,
+    o: ImpulseOptions,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The paper's Algorithm 1 from the closed form, over every head of the layer at once."""
+    grid, prefix = adapter.grid, adapter.num_prefix_tokens
+    qs, ks = refine([pseudo], [q], [k], [layer.scale], [offsets], grid, prefix, steps=o.refine_steps, lr=o.refine_lr)
+    return qs[0], ks[0]
 
 
 def _write_qk(
@@ -154,14 +165,25 @@ def _write_and_measure(
 
 
 def _warn_if_short(reports: list[LayerReport], o: ImpulseOptions, head_dim: int, tokens: int) -> None:
+    """Warn where a head falls short of target_fidelity, with the reason its solver has."""
     worst = min(h.fidelity for layer in reports for h in layer.heads)
-    if worst < o.target_fidelity - 0.01 and o.solver != "authors":
-        warnings.warn(
-            f"impulse init: the worst head reaches fidelity {worst:.3f}, short of target_fidelity={o.target_fidelity}: "
-            f"head_dim {head_dim} is small for {tokens} tokens (codes of that length are not "
-            "orthogonal enough); solver='refine', fewer heads or a smaller kernel do better",
-            stacklevel=5,
+    if worst >= o.target_fidelity - 0.01:
+        return
+    if o.solver == "authors":
+        why = (
+            f"the authors' solver truncates each head's least-squares map to rank head_dim {head_dim}, which "
+            f"blurs it for {tokens} tokens; solver='closed_form' reaches the target"
         )
+    else:
+        why = (
+            f"head_dim {head_dim} is small for {tokens} tokens (codes of that length are not orthogonal enough); "
+            "solver='refine', fewer heads or a smaller kernel do better"
+        )
+    warnings.warn(
+        f"impulse init: the worst head reaches fidelity {worst:.3f} (a uniform map: {1 / tokens:.3f}), short of "
+        f"target_fidelity={o.target_fidelity}: {why}",
+        stacklevel=5,
+    )
 
 
 def init_qk_norm(
@@ -179,11 +201,6 @@ def init_qk_norm(
     sample = z_sampler("uniform", generator)
     for layer in adapter.layers():
         if o.norm is not None:
-            if layer.qk_norms() is not None:
-                raise ValueError(
-                    "qk-norm: this model normalises each head's q and k (qk_norm), so the scale of W_q and W_k "
-                    "does not reach the attention; use norm=None"
-                )
             for weight in layer.qk_weights():
                 heads = weight.view(layer.num_heads, layer.head_dim, -1)
                 norms = torch.linalg.vector_norm(heads.double(), dim=(1, 2), keepdim=True).clamp_min(1e-12)
@@ -193,14 +210,21 @@ def init_qk_norm(
     return adapter.measured_layers(kernel_size)
 
 
+def check_qk_norm(adapter: ModelAdapter, options: QKNormOptions) -> None:
+    """The refusal of init_qk_norm, before anything is written."""
+    if options.norm is not None and any(layer.qk_norms() is not None for layer in adapter.layers()):
+        raise ValueError(
+            "qk-norm: this model normalises each head's q and k (qk_norm), so the scale of W_q and W_k "
+            "does not reach the attention; use norm=None"
+        )
+
+
 def _set_qk_norm_gain(
     layer: AttentionLayer, x: torch.Tensor, offsets: list[Offset], grid: tuple[int, int], prefix: int, fidelity: float
 ) -> None:
     """With q/k norms, the norms fix the logits' scale: set both norms' gains to one value g (shared by
     the layer's heads, as the norms are) so that the heads reach `fidelity` on average."""
     norms = layer.qk_norms()
-    if any(getattr(norm, "weight", None) is None for norm in norms):
-        raise ValueError("the impulse init needs affine q/k norms (a weight to set the attention's sharpness)")
     for norm in norms:
         norm.weight.fill_(1.0)
         if getattr(norm, "bias", None) is not None:
@@ -214,12 +238,10 @@ def _set_qk_norm_gain(
 
 def _scale_position(adapter: ModelAdapter, pos_scale: float | None, how: str) -> None:
     """Bring a learned position embedding to std pos_scale x 0.02 (how="position"), or the patch projection
-    and prefix tokens down by the same factor (how="content"); a frozen table or pos_scale None: nothing."""
-    pos = adapter.position_embedding()
-    if pos_scale is None or pos is None or not pos.requires_grad:
+    and prefix tokens down by the same factor (how="content"); a fixed table or pos_scale None: nothing."""
+    if not _scales_position(adapter, pos_scale):
         return
-    if float(pos.std()) == 0.0:
-        raise ValueError("the position embedding is constant: initialise it (e.g. method 'timm') first")
+    pos = adapter.learned_position()
     factor = 0.02 * pos_scale / pos.std()
     if how == "position":
         pos.mul_(factor)
@@ -227,28 +249,30 @@ def _scale_position(adapter: ModelAdapter, pos_scale: float | None, how: str) ->
         _shrink_content(adapter, factor)
 
 
+def _scales_position(adapter: ModelAdapter, pos_scale: float | None) -> bool:
+    """Whether pos_scale acts: it is given, and the position embedding is learned."""
+    return pos_scale is not None and adapter.learned_position() is not None
+
+
 def _shrink_content(adapter: ModelAdapter, factor: torch.Tensor) -> None:
     """Divide the patch projection and the prefix tokens by `factor`: the tokens entering the first
     block are those of a position embedding multiplied by it, divided by it."""
     proj = adapter.patch_projection()
-    if proj is None:
-        raise ValueError(
-            "scale=content divides the patch projection, and this model's patch embedding is not one linear "
-            "map (a norm follows it, or another stem): use scale=position"
-        )
     for param in (proj.weight, proj.bias, *adapter.prefix_tokens()):
         if param is not None:
             param.div_(factor)
 
 
-def _content_basis(adapter: ModelAdapter) -> torch.Tensor | None:
-    """Orthonormal basis (D, m) of the directions a layer-normalised patch embedding can take, when
-    they leave room for position (m < D / 2): Q and K solved outside them see position only."""
+def _content_basis(adapter: ModelAdapter, centred: bool) -> torch.Tensor | None:
+    """Orthonormal basis (D, m) of the directions a patch embedding can take, layer-normalised
+    (`centred`) or as it is (a post-norm attention's input), when they leave room for position
+    (m < D / 2): Q and K solved outside them see position only."""
     columns = adapter.content_directions()
     if columns is None or columns.shape[1] >= columns.shape[0] / 2:  # spans (nearly) everything
         return None
     columns = columns.double().cpu()
-    columns = columns - columns.mean(0, keepdim=True)  # LayerNorm centres every token
+    if centred:  # LayerNorm centres every token
+        columns = columns - columns.mean(0, keepdim=True)
     u, s, _ = torch.linalg.svd(columns, full_matrices=False)
     basis = u[:, s > s[0] * 1e-6]
     return basis if basis.shape[1] < columns.shape[0] / 2 else None

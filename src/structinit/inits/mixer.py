@@ -22,6 +22,18 @@ from ..report import LayerReport
 from .options import MixerImpulseOptions
 
 
+def check_mixer_impulse(adapter: MixerAdapter, options: MixerImpulseOptions) -> None:
+    """The refusal of init_mixer_impulse, before anything is written: a token-mixing MLP with fewer
+    hidden units than tokens."""
+    for i, mlp in enumerate(adapter.token_mlps()):
+        tokens, hidden = mlp.fc1.in_features, mlp.fc1.out_features
+        if hidden < tokens:
+            raise ValueError(
+                f"block {i}'s token-mixing MLP has {hidden} hidden units for {tokens} tokens; the impulse init "
+                "routes each token through its own unit (create the model with mlp_ratio[0] * dim >= tokens)"
+            )
+
+
 def init_mixer_impulse(
     adapter: MixerAdapter,
     generator: torch.Generator,
@@ -35,14 +47,9 @@ def init_mixer_impulse(
     check_kernel_size(kernel_size, grid)
     mlps = adapter.token_mlps()
     offsets = assign_offsets(len(mlps), kernel_size, assignment, generator)
-    for i, (mlp, offset) in enumerate(zip(mlps, offsets)):
+    for mlp, offset in zip(mlps, offsets):
         fc1, fc2 = mlp.fc1, mlp.fc2
-        tokens, hidden = fc1.in_features, fc1.out_features
-        if hidden < tokens:
-            raise ValueError(
-                f"block {i}'s token-mixing MLP has {hidden} hidden units for {tokens} tokens; the impulse init "
-                "routes each token through its own unit (create the model with mlp_ratio[0] * dim >= tokens)"
-            )
+        tokens = fc1.in_features
         target, valid = target_indices([offset], grid)
         rows = torch.arange(tokens)[valid[0]]
         fc1.weight[:tokens] = 0.0

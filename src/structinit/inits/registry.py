@@ -15,8 +15,8 @@ from ..adapters.swin import SwinAdapter
 from ..report import LayerReport
 from .baselines import init_kaiming, init_mimetic, init_timm
 from .convmixer import FILTER_METHODS
-from .impulse import init_impulse, init_qk_norm
-from .mixer import init_mixer_impulse
+from .impulse import check_impulse, check_qk_norm, init_impulse, init_qk_norm
+from .mixer import check_mixer_impulse, init_mixer_impulse
 from .options import (
     FilterOptions,
     ImpulseOptions,
@@ -28,18 +28,21 @@ from .options import (
     SelectOptions,
     SwinImpulseOptions,
 )
-from .selection import init_select
+from .selection import check_select, init_select
 from .swin import init_swin_impulse
 
 
 @dataclass(frozen=True)
 class InitMethod:
-    """An init: the function that writes the weights, and the class of its options."""
+    """An init: the function that writes the weights, the class of its options, and the function that
+    makes the refusals `run` has for a model and options before anything is written (initialize calls
+    it first: a refused init leaves the model as it was)."""
 
     run: Callable[..., list[LayerReport]]
     options: type[MethodOptions]
     draws_embeddings: bool = False  # it sets the position embedding and prefix tokens itself
     records_source: bool = False  # its run takes `source`, a dict it fills with what the report records of its sources
+    check: Callable[[Any, Any], None] | None = None  # (adapter, options) -> None, or a one-line error
 
 
 TIMM = InitMethod(init_timm, NoOptions, draws_embeddings=True)
@@ -49,9 +52,9 @@ METHODS: dict[str, InitMethod] = {
     "timm": TIMM,
     "kaiming": KAIMING,
     "mimetic": MIMETIC,
-    "impulse": InitMethod(init_impulse, ImpulseOptions),
-    "qk-norm": InitMethod(init_qk_norm, QKNormOptions),
-    "select": InitMethod(init_select, SelectOptions, draws_embeddings=True, records_source=True),
+    "impulse": InitMethod(init_impulse, ImpulseOptions, check=check_impulse),
+    "qk-norm": InitMethod(init_qk_norm, QKNormOptions, check=check_qk_norm),
+    "select": InitMethod(init_select, SelectOptions, draws_embeddings=True, records_source=True, check=check_select),
 }
 
 
@@ -79,7 +82,11 @@ FAMILIES = [
     ),
     Family(
         MixerAdapter,
-        {"timm": TIMM, "kaiming": KAIMING, "impulse": InitMethod(init_mixer_impulse, MixerImpulseOptions)},
+        {
+            "timm": TIMM,
+            "kaiming": KAIMING,
+            "impulse": InitMethod(init_mixer_impulse, MixerImpulseOptions, check=check_mixer_impulse),
+        },
         "unit impulses",
         "token mixer",
     ),

@@ -14,7 +14,7 @@ from torch import nn
 
 from ..adapters import ModelAdapter
 from ..report import LayerReport
-from .impulse import init_impulse
+from .impulse import check_impulse, init_impulse
 from .options import ImpulseOptions, SelectOptions
 from .teacher import Teacher, load_teacher
 
@@ -38,6 +38,15 @@ def selected(tensor: torch.Tensor, shape: torch.Size, axes: dict[int, torch.Tens
     return tensor
 
 
+def check_select(adapter: ModelAdapter, options: SelectOptions) -> None:
+    """The refusals of weight selection that need no teacher (init_select makes the others before its
+    first write)."""
+    if options.teacher is None:
+        raise ValueError("select needs a teacher: select[teacher=PATH_OR_TIMM_NAME], or --teacher")
+    if options.qk == "impulse":
+        check_impulse(adapter, _impulse_options(options))
+
+
 def init_select(
     adapter: ModelAdapter,
     generator: torch.Generator,
@@ -48,25 +57,40 @@ def init_select(
 ) -> list[LayerReport]:
     """Copy the selected teacher weights into every tensor of the model but its classifier; then, with
     qk=impulse, the impulse init's Q/K (and, if asked, its position scale and V/proj) on top. `source`
-    receives what the report records: the teacher, its weights' sha256 and the index rule."""
-    if options.teacher is None:
-        raise ValueError("select needs a teacher: select[teacher=PATH_OR_TIMM_NAME], or --teacher")
+    receives what the report records: the teacher, its weights' sha256 and the index rule. Every
+    tensor is selected and checked before the first is written."""
     teacher = load_teacher(options.teacher)
-    source.update(teacher.record(), indices=INDEX_RULE)
     model = adapter.model
     axes = head_axes(adapter, teacher, options.teacher_heads) if options.rule == "heads" else {}
     targets = student_tensors(model)
     _check_names(targets, teacher)
+    values = {}
     for name, tensor in targets.items():
-        source = teacher.state[name]
-        _check_shapes(name, tensor, source)
-        tensor.copy_(selected(source, tensor.shape, axes.get(name, {})).to(tensor.dtype))
+        _check_shapes(name, tensor, teacher.state[name])
+        values[name] = selected(teacher.state[name], tensor.shape, axes.get(name, {}))
+    if options.qk == "impulse" and options.pos_scale is not None:
+        _check_position(model, adapter.position_embedding(), values)
+    source.update(teacher.record(), indices=INDEX_RULE)
+    for name, tensor in targets.items():
+        tensor.copy_(values[name].to(tensor.dtype))
     if options.qk == "impulse":
-        impulse = ImpulseOptions(
-            target_fidelity=options.target_fidelity, pos_scale=options.pos_scale, vproj=options.vproj
-        )
-        return init_impulse(adapter, generator, kernel_size=kernel_size, options=impulse)
+        return init_impulse(adapter, generator, kernel_size=kernel_size, options=_impulse_options(options))
     return adapter.measured_layers(kernel_size)
+
+
+def _impulse_options(options: SelectOptions) -> ImpulseOptions:
+    """The impulse init that qk=impulse runs on the selected model."""
+    return ImpulseOptions(target_fidelity=options.target_fidelity, pos_scale=options.pos_scale, vproj=options.vproj)
+
+
+def _check_position(model: nn.Module, position: torch.Tensor, values: dict[str, torch.Tensor]) -> None:
+    """pos_scale rescales a learned position embedding to a standard deviation: refuse a constant one."""
+    name = next((name for name, param in model.named_parameters() if param is position), None)
+    if name is not None and float(values[name].std()) == 0.0:
+        raise ValueError(
+            f"the teacher's {name} is constant, and pos_scale rescales it to a standard deviation: "
+            "give pos_scale=None, or a teacher whose position embedding is trained or initialised"
+        )
 
 
 def student_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
