@@ -265,3 +265,14 @@ def test_a_frozen_model_gets_the_init_of_an_unfrozen_one(family, init):
     assert not any(p.requires_grad for p in models[1].parameters())
     if family == "the sin-cos preset":
         assert torch.equal(frozen["pos_embed"][0], build_sincos2d_pos_embed((8, 8), 192))
+
+
+def test_the_authors_solver_on_fewer_grid_tokens_than_head_dimensions_writes_its_impulses():
+    """A 32x16 image in patches of 4 is 32 grid tokens for heads of 64 dimensions: M's rank is at most
+    32, and its other factors are zero (the solve used to stop at a shape error, after it had drawn
+    the position embedding)."""
+    model = timm.create_model("vit_tiny_patch16_224", num_classes=10, img_size=(32, 16), patch_size=4, depth=2)
+    report = structinit.initialize(model, "impulse-authors", seed=0)
+    q, k = model.blocks[0].attn.qkv.weight[:192], model.blocks[0].attn.qkv.weight[192:384]
+    assert (q.view(3, 64, 192)[:, 32:] == 0).all() and (k.view(3, 64, 192)[:, 32:] == 0).all()
+    assert report.mean_fidelity > 0.9 and structinit.fidelity(model).mean_fidelity == pytest.approx(report.mean_fidelity)

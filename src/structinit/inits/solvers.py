@@ -165,7 +165,9 @@ def authors_closed_form(
     k = v @ cv * cs.sqrt().unsqueeze(-2)
     q = q / q.norm(dim=(1, 2), keepdim=True) * qk_scale
     k = k / k.norm(dim=(1, 2), keepdim=True) * qk_scale
-    return q.float(), k.float()
+    # fewer grid tokens than head dimensions: M's rank is at most the token count, its other factors 0
+    width = (0, head_dim - q.shape[-1])
+    return torch.nn.functional.pad(q, width).float(), torch.nn.functional.pad(k, width).float()
 
 
 def gain_for_fidelity(
