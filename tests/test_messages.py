@@ -1,13 +1,23 @@
 """Runs you can trust, round three: bounded config files, one line (not a traceback) and the right
 line for every failure, and nothing taken silently from the environment or a library call."""
 
+import contextlib
+import errno
 import os
+import resource
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
+import torch
 
+from conftest import make_imagefolder
 from structinit.cli import main
+from structinit.studies.grid import compare
 from structinit.training import TrainConfig, train
 
 FAST = dict(data="digits", per_class=20, model="vit_digits", model_kwargs={"depth": 2}, batch_size=50, quiet=True)
@@ -125,3 +135,154 @@ def test_a_directory_or_a_pipe_given_as_a_config_file_is_named_for_what_it_is(tm
     assert main(["train", *FLAGS, "-c", str(pipe), "--out", str(out)]) == 2  # not read: it would wait forever
     one_line(capsys, f"--config {pipe}: not a regular file")
     assert not out.exists()
+
+
+def test_ctrl_c_on_a_parallel_grid_is_one_line_from_every_process(tmp_path):
+    """Ctrl-C reaches the grid's whole process group, a worker between runs too: the workers print
+    nothing, the grid one line. The long run goes first, so the short one has a worker of its own."""
+    out = tmp_path / "grid"
+    command = [sys.executable, "-m", "structinit", "compare", "--inits", "timm", "--seeds", "0", "--quiet"]
+    command += ["--per-class", "120,5", "--model-kwargs", "depth=2", "--batch-size", "50", "--epochs", "10"]
+    command += ["--eval-every", "10", "--parallel", "2", "--threads", "1", "--out", str(out)]
+    process = subprocess.Popen(
+        command,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a process group of its own, as a terminal's foreground job
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # not ignored, as in a test runner's shell
+    )
+    long, short = out / "per_class_120" / "timm-seed0", out / "per_class_5" / "timm-seed0"
+    start = time.monotonic()
+    while process.poll() is None and not (short / "summary.json").exists() and time.monotonic() - start < 300:
+        time.sleep(0.05)
+    try:
+        os.killpg(process.pid, signal.SIGINT)
+        _, err = process.communicate(timeout=120)  # returns only when every worker, holding the pipe, has exited
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 130, err
+    assert err.splitlines() == [
+        "structinit compare: interrupted; finished epochs are checkpointed: run the same command again: finished "
+        "runs are skipped, interrupted ones resume"
+    ], err
+    assert (long / "last.pt").exists() and not (long / "summary.json").exists()  # stopped while it trained
+    assert not list(out.rglob(".lock")) and not list(out.rglob("*.tmp*"))
+
+
+@pytest.mark.parametrize("keyword", ["embed_dim=0", "patch_size=0", "num_heads=0"])
+def test_a_model_keyword_timm_divides_by_is_one_line(tmp_path, capsys, keyword):
+    assert main(["init", "vit_digits", "--model-kwargs", keyword]) == 2
+    one_line(capsys, f"vit_digits cannot be built with {{'{keyword.split('=')[0]}': 0}}")
+    out = tmp_path / "run"
+    assert main(["train", *FLAGS, "--model-kwargs", keyword, "--out", str(out)]) == 2
+    one_line(capsys, "vit_digits cannot be built with")
+    assert not out.exists()
+
+
+def limited_file_size(limit: int):
+    """A subprocess's `ulimit -f` (Python ignores SIGXFSZ, so a write past it fails with EFBIG)."""
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+@pytest.mark.parametrize(
+    ("flags", "written"), [([], "last.pt"), (["--snapshot-epochs", "0"], "snapshots/epoch_0000.pt")]
+)
+def test_a_file_size_limit_inside_torch_save_is_one_line(tmp_path, flags, written):
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "structinit", "train", *FLAGS, *flags, "--out", str(out)]
+    process = subprocess.run(command, stderr=subprocess.PIPE, text=True, preexec_fn=limited_file_size(60_000))
+    assert process.returncode == 2, process.stderr
+    assert process.stderr.splitlines() == [f"structinit train: error: cannot write {out / written}: File too large"]
+    assert not out.exists()  # a fresh run that could not start removes its folder
+
+
+def test_a_full_disk_at_the_first_checkpoint_says_to_run_it_again_not_to_resume(tmp_path, capsys, monkeypatch):
+    def full(obj, f, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full)
+    out = tmp_path / "run"
+    assert main(["train", *FLAGS, "--out", str(out)]) == 2
+    err = one_line(capsys, f"no space left on the device holding {out / 'last.pt'}: free some and run it again")
+    assert "--resume" not in err and not out.exists()
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory) -> Path:
+    """A finished grid of one 1-epoch run (timm, seed 0, 10 per class)."""
+    out = tmp_path_factory.mktemp("grid")
+    compare(TrainConfig(**{**FAST, "per_class": None}, epochs=1), ["timm"], [0], [10], out)
+    return out
+
+
+DEEP = "[" * 100_000 + "]" * 100_000  # JSON that Python's parser cannot read: a RecursionError
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("summary.json", DEEP),
+        ("init_report.json", '{"layers": ' + DEEP + "}"),
+        ("metrics.jsonl", DEEP + "\n{}\n"),
+    ],
+)
+def test_a_deeply_nested_record_is_one_line_naming_it(grid, tmp_path, capsys, name, text):
+    out = tmp_path / "grid"
+    shutil.copytree(grid, out, ignore=shutil.ignore_patterns(".lock"))
+    damaged = out / "per_class_10" / "timm-seed0" / name
+    damaged.write_text(text)
+    argv = ["compare", "--inits", "timm", "--seeds", "0", "--per-class", "10", "--model-kwargs", "depth=2"]
+    assert main([*argv, "--batch-size", "50", "--epochs", "1", "--quiet", "--out", str(out)]) == 2
+    one_line(capsys, f"{damaged} ", "damaged")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"layers": [{"index": 0}]}',  # a KeyError
+        '{"layers": [{"heads": 4}]}',  # a TypeError naming no file
+        "not json",  # a JSONDecodeError naming no file
+        '{"layers": ' + DEEP + "}",  # a RecursionError
+    ],
+    ids=["no-heads", "heads-not-a-list", "not-json", "deep"],
+)
+def test_a_teachers_damaged_init_report_is_one_line_naming_it(finished, tmp_path, capsys, text):
+    teacher = copy_run(finished, tmp_path / "teacher")
+    (teacher / "init_report.json").write_text(text)
+    student = ["init", "vit_digits", "--model-kwargs", "in_chans=1,num_classes=10,embed_dim=16,depth=1,num_heads=2"]
+    assert main([*student, "--init", "select[rule=heads]", "--teacher", str(teacher)]) == 2
+    one_line(capsys, f"{teacher / 'init_report.json'} is damaged", "teacher_heads=N")
+
+
+def test_cluster_slurm_without_slurm_is_one_line_before_anything_is_made(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("submitit")
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))  # no srun, no sbatch
+    out = tmp_path / "grid"
+    argv = ["compare", "--inits", "timm", "--seeds", "0", "--per-class", "10", "--quiet", "--out", str(out)]
+    assert main([*argv, "--cluster", "slurm"]) == 2
+    one_line(capsys, "--cluster slurm needs SLURM", "no srun", "--cluster local")
+    assert not out.exists()
+
+
+def test_test_images_of_another_size_name_a_training_image_of_the_size_they_must_have(tmp_path, capsys):
+    make_imagefolder(tmp_path / "data", 8, splits=("train",))
+    make_imagefolder(tmp_path / "data", 12, splits=("test",))
+    out = tmp_path / "run"
+    argv = ["train", "--data", f"imagefolder:{tmp_path / 'data'}", "--batch-size", "4", "--epochs", "1", "--quiet"]
+    assert main([*argv, "--cache-dir", str(tmp_path / "cache"), "--out", str(out)]) == 2
+    one_line(capsys, f"image {tmp_path / 'data' / 'test' / 'cat' / '0.png'} is 12x12 but {tmp_path / 'data' / 'train'}")
+    assert not out.exists()
+
+
+def test_ctrl_c_during_init_save_says_what_init_left(tmp_path, capsys, monkeypatch):
+    def interrupted(obj, f, *args, **kwargs):
+        f.write(b"half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", interrupted)
+    saved = tmp_path / "init.pt"
+    assert main(["init", "vit_digits", "--save", str(saved)]) == 130
+    err = capsys.readouterr().err
+    assert err == "structinit init: interrupted; no file is left half-written: run it again\n", err
+    assert list(tmp_path.iterdir()) == []

@@ -103,7 +103,7 @@ def create_model(
         if "Unknown model" in str(error):
             raise ValueError(f"{error}; presets: {', '.join(PRESETS)}") from None
         raise ValueError(f"{name} cannot be built with {kwargs or 'its defaults'}: {first_line(error)}") from None
-    except (TypeError, ValueError, AssertionError, KeyError, AttributeError, ImportError) as error:
+    except (TypeError, ValueError, ArithmeticError, AssertionError, KeyError, AttributeError, ImportError) as error:
         raise ValueError(f"{name} cannot be built with {kwargs or 'its defaults'}: {first_line(error)}") from None
     if sincos:
         _fix_sincos_position_table(model)

@@ -227,6 +227,16 @@ COMMANDS = {
 }
 
 
+# what a command interrupted (Ctrl-C, SIGTERM) left, and what to do; the others: run it again
+CHECKPOINTED = "finished epochs are checkpointed: "
+AFTER_INTERRUPT = {
+    "train": CHECKPOINTED + "--resume goes on from the last (a run stopped in its first epoch: run it again)",
+    "compare": CHECKPOINTED + "run the same command again: finished runs are skipped, interrupted ones resume",
+    "init": "no file is left half-written: run it again",
+    "upgrade-checkpoint": "the checkpoints named as upgraded are done, the others are as they were",
+}
+AFTER_INTERRUPT["demo"] = AFTER_INTERRUPT["compare"]
+
 # modules that the library call does without, and the extra that installs each
 EXTRAS = {"matplotlib": "train", "sklearn": "train", "tensorboard": "log", "wandb": "log"}
 
@@ -250,12 +260,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         return fail(args.command, f"this needs {error.name}: pip install 'structinit[{extra}]'")
     except KeyboardInterrupt:
-        again = (
-            "run the same command again: finished runs are skipped, interrupted ones resume"
-            if args.command in ("compare", "demo")
-            else "--resume goes on from the last (a run stopped in its first epoch: run it again)"
-        )
-        print(f"structinit {args.command}: interrupted; finished epochs are checkpointed: {again}", file=sys.stderr)
+        again = AFTER_INTERRUPT.get(args.command, "run it again")
+        print(f"structinit {args.command}: interrupted; {again}", file=sys.stderr)
         return 130
 
 

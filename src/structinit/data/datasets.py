@@ -161,8 +161,8 @@ def _imagefolder(name: str, path: Path, cache_dir: str | Path | None) -> TensorD
     if max(probe.size) > SMALL_IMAGE_PX:
         train, test = ImageFiles(train_files, train_labels, classes), ImageFiles(test_files, test_labels, classes)
         return StreamData(name, train, test, torch.tensor(train_labels), list(classes))
-    train_images = decode_cached(train_files, probe.size, cache_dir)
-    test_images = decode_cached(test_files, probe.size, cache_dir)
+    train_images = decode_cached(train_files, probe.size, train_files[0], cache_dir)
+    test_images = decode_cached(test_files, probe.size, train_files[0], cache_dir)
     return TensorData(
         name, train_images, torch.tensor(train_labels), test_images, torch.tensor(test_labels), list(classes)
     )

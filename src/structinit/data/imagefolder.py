@@ -127,9 +127,12 @@ class ImageFiles(torch.utils.data.Dataset):
         return open_image(self.files[index]), self.targets[index]
 
 
-def decode_cached(files: list[Path], size: tuple[int, int], cache_dir: str | Path | None) -> torch.Tensor:
-    """Decode images into a uint8 (N, 3, H, W) tensor, cached under `cache_dir` by file list and size. A
-    cache file that is damaged, or of another shape, is decoded again and replaced."""
+def decode_cached(
+    files: list[Path], size: tuple[int, int], sized_as: Path, cache_dir: str | Path | None
+) -> torch.Tensor:
+    """Decode images of `size` (the size of `sized_as`, named if one differs) into a uint8 (N, 3, H, W)
+    tensor, cached under `cache_dir` by file list and size. A cache file that is damaged, or of another
+    shape, is decoded again and replaced."""
     key = hashlib.sha1("\n".join(f"{f}:{f.stat().st_mtime_ns}" for f in files).encode()).hexdigest()[:16]
     cache = Path(cache_dir or Path.home() / ".cache" / "structinit") / f"images-{key}.pt"
     shape = (len(files), 3, size[1], size[0])
@@ -149,7 +152,7 @@ def decode_cached(files: list[Path], size: tuple[int, int], cache_dir: str | Pat
         image = open_image(f)
         if image.size != size:
             raise ValueError(
-                f"image {f} is {image.size[0]}x{image.size[1]} but {files[0]} is {size[0]}x{size[1]}: images up to "
+                f"image {f} is {image.size[0]}x{image.size[1]} but {sized_as} is {size[0]}x{size[1]}: images up to "
                 f"{SMALL_IMAGE_PX} px are held in memory and must share one size; resize them"
             )
         out[i] = torch.from_numpy(np.array(image)).permute(2, 0, 1)
