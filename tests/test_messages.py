@@ -15,8 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import make_imagefolder
+from conftest import make_imagefolder, small_vit
+from structinit import initialize
 from structinit.cli import main
+from structinit.inits.labels import InitSpec
+from structinit.models import build_model
 from structinit.studies.grid import compare
 from structinit.training import TrainConfig, train
 
@@ -286,3 +289,52 @@ def test_ctrl_c_during_init_save_says_what_init_left(tmp_path, capsys, monkeypat
     err = capsys.readouterr().err
     assert err == "structinit init: interrupted; no file is left half-written: run it again\n", err
     assert list(tmp_path.iterdir()) == []
+
+
+# --- 8. nothing taken silently ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("environment", "message"),
+    [
+        ({"RANK": "1"}, "the environment sets RANK=1, LOCAL_RANK=0 but no WORLD_SIZE above 1"),
+        ({"RANK": "abc"}, "the environment sets RANK='abc', not an integer"),
+        ({"RANK": "2", "WORLD_SIZE": "1"}, "the environment sets RANK=2, LOCAL_RANK=0 but no WORLD_SIZE above 1"),
+        ({"LOCAL_RANK": "x", "WORLD_SIZE": "2", "RANK": "0"}, "the environment sets LOCAL_RANK='x', not an integer"),
+        ({"WORLD_SIZE": "2"}, "the environment sets WORLD_SIZE=2 but no RANK: start the processes with torchrun"),
+        ({"WORLD_SIZE": "2", "RANK": "2"}, "RANK=2, LOCAL_RANK=0: each must lie in 0..1"),
+        ({"WORLD_SIZE": "0"}, "the environment sets WORLD_SIZE=0"),
+    ],
+    ids=["stray-rank", "rank-not-a-number", "rank-past-one", "local-rank", "no-rank", "rank-past-world", "no-world"],
+)
+def test_the_distributed_environment_is_checked_before_anything_is_made(
+    tmp_path, capsys, monkeypatch, environment, message
+):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    out = tmp_path / "run"
+    assert main(["train", *FLAGS, "--out", str(out)]) == 2
+    one_line(capsys, message)
+    assert not out.exists()
+
+
+def test_rank_zero_alone_is_one_process_that_prints_its_summary(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert main(["train", *FLAGS, "--out", str(tmp_path / "run")]) == 0
+    assert "test top-1" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("seed", [-5, -1, 2**32, 2**64])
+def test_the_library_takes_the_seeds_the_command_line_takes(seed):
+    model = small_vit()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match=rf"seed must lie in 0\.\.4294967295 \(numpy's seeds\), got {seed}"):
+        initialize(model, "impulse", seed=seed)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    with pytest.raises(ValueError, match=r"seed must lie in 0\.\.4294967295"):
+        build_model("vit_digits", InitSpec.parse("impulse"), seed, num_classes=10, in_chans=1, data_size=8)
+    initialize(model, "impulse", seed=2**32 - 1)  # the largest seed, as on the command line

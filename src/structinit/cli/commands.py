@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sys
 import threading
 from pathlib import Path
 from typing import Any
 
+from ..inits.api import check_seed
 from ..inits.labels import DEFAULT, InitSpec, parse_assignments, split_top_level
 from ..inits.registry import METHODS
 from ..models import PRESETS
@@ -22,6 +22,7 @@ FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
 
 
 def run_train(args: argparse.Namespace) -> int:
+    from ..training.device import distributed_processes
     from ..training.run import print_summary, resume_config, train
     from ..training.settings import load_preset
 
@@ -38,7 +39,7 @@ def run_train(args: argparse.Namespace) -> int:
     if config.teacher is not None and config.init_spec.method != "select":
         raise ValueError(f"--teacher is the larger model of --init select; --init {config.init} does not read it")
     summary = train(config)
-    if int(os.environ.get("RANK", "0")) == 0:
+    if distributed_processes().main:
         print_summary(summary, config.out)
     return 0
 
@@ -61,7 +62,7 @@ def run_init(args: argparse.Namespace) -> int:
         raise ValueError(f"--json {args.json} is a directory: give a file name, e.g. {Path(args.json) / 'init.json'}")
     if args.json and not Path(args.json).absolute().parent.is_dir():
         raise ValueError(f"--json {args.json}: {Path(args.json).parent} does not exist: create it first")
-    check_seed(args.seed)
+    check_seed(args.seed, "--seed")
     if args.save:
         check_init_path(args.save)
         if args.json and Path(args.json).absolute() == Path(args.save).absolute():
@@ -87,11 +88,6 @@ def run_init(args: argparse.Namespace) -> int:
     if args.json:
         atomic_write_text(Path(args.json), json.dumps({**report.to_dict(), "weights_sha256": digest}, indent=2))
     return 0
-
-
-def check_seed(seed: int) -> None:
-    if not 0 <= seed < 2**32:
-        raise ValueError(f"--seed must lie in 0..{2**32 - 1} (numpy's seeds), got {seed}")
 
 
 def check_figure_path(out: str) -> None:
@@ -157,7 +153,7 @@ def target_arguments(args: argparse.Namespace) -> dict[str, Any]:
     """The keyword arguments of the inspection commands' functions, from their shared flags."""
     if args.images < 1:
         raise ValueError(f"--images must be >= 1, got {args.images}")
-    check_seed(args.seed)
+    check_seed(args.seed, "--seed")
     check_figure_path(args.out)
     return dict(
         data=args.data,

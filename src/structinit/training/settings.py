@@ -18,6 +18,7 @@ import torch
 from ..data.augment import parse_randaugment
 from ..data.datasets import DATASETS_HELP, parse_spec
 from ..errors import quoted
+from ..inits.api import MAX_SEED
 from ..inits.labels import VARIANTS, InitSpec, parse_assignments, split_top_level
 from ..inits.registry import METHODS
 from ..models import PRESETS, check_model_kwargs
@@ -90,7 +91,7 @@ def _names(text: str, flag: str) -> list[str]:
 WATCHED = {"resume": "free", "identity": False}  # how a run is watched or where it runs
 PLACE = {"identity": False}  # where files are, not what is computed
 GRID_AXIS = {"recipe": False}  # a grid varies it, so it is no part of the grid's recipe
-SEED_BOUNDS = f"[0, {2**32 - 1}]"  # numpy's seeds
+SEED_BOUNDS = f"[0, {MAX_SEED}]"  # numpy's seeds
 
 
 @dataclass
