@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import re
 import stat
@@ -18,7 +19,7 @@ from typing import Any, BinaryIO
 
 import torch
 
-from .errors import RunError
+from .errors import RunError, first_line
 
 # .NAME.tmpPID: a temporary file of `atomic_write`
 TEMPORARY = re.compile(r"^\.(?P<name>.+)\.tmp(?P<pid>\d+)$")
@@ -54,10 +55,12 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], Any], keep_previous: bo
     refuse_link(path)
     if keep_previous:
         refuse_link(path.with_name("prev.pt"))
+    writes = _Writes()
     try:
         tmp.unlink(missing_ok=True)  # this process's name: a leftover is stale (see _alive)
         with open(tmp, "xb", opener=no_follow) as f:
-            write(f)
+            writes.file = f
+            write(writes)
             f.flush()
             os.fsync(f.fileno())
         if keep_previous and path.exists():
@@ -70,6 +73,8 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], Any], keep_previous: bo
     except BaseException as error:
         tmp.unlink(missing_ok=True)
         link.unlink(missing_ok=True)
+        if isinstance(error, Exception) and not isinstance(error, OSError) and writes.error is not None:
+            error = writes.error  # the writer (torch.save) failed later, on what the failed write left
         if not isinstance(error, OSError):
             raise
         if error.errno == errno.ENOSPC:
@@ -93,6 +98,25 @@ def regular_file(path: Path) -> os.stat_result:
     kind = next((name for test, name in kinds if test(found.st_mode)), "a special file")
     link = f" (a link to {os.path.realpath(path)})" if os.path.islink(path) else ""
     raise RunError(f"{path}{link} is {kind}, not a regular file: structinit reads only regular files")
+
+
+class _Writes:
+    """A file as `atomic_write` hands it to a writer, keeping the first OSError of its writes: torch.save
+    reports a write that failed (a full disk, `ulimit -f`) as a RuntimeError about its zip's positions."""
+
+    def __init__(self) -> None:
+        self.file: BinaryIO | None = None
+        self.error: OSError | None = None
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self.file.write(data)
+        except OSError as error:
+            self.error = self.error or error
+            raise
+
+    def flush(self) -> None:
+        self.file.flush()
 
 
 def atomic_write_text(path: Path, text: str, then: str = "") -> None:
@@ -148,12 +172,31 @@ def sync_directory(folder: Path) -> None:
 
 
 def atomic_save(
-    obj: Any, path: Path, keep_previous: bool = False, write: Callable[[Any, BinaryIO], Any] | None = None
+    obj: Any,
+    path: Path,
+    keep_previous: bool = False,
+    write: Callable[[Any, BinaryIO], Any] | None = None,
+    then: str = "",
 ) -> None:
     """`write` (default torch.save) `obj` to `path` through files.atomic_write (the old file becomes
-    prev.pt with `keep_previous`): a crash leaves the old file, a failure one line and no temporary file."""
-    then = " and --resume" if keep_previous else ""  # a run's checkpoint, or a file written once
+    prev.pt with `keep_previous`; `then`: what to do after freeing space): a crash leaves the old file,
+    a failure one line and no temporary file."""
     atomic_write(Path(path), lambda f: (write or torch.save)(obj, f), keep_previous=keep_previous, then=then)
+
+
+def read_json_object(path: Path, fix: str) -> dict[str, Any]:
+    """A JSON object the tool wrote (summary.json, init_report.json); one line naming the file and `fix`
+    if it is damaged: not text, not JSON, nested too deep to read, or not an object."""
+    regular_file(path)
+    try:
+        value = json.loads(path.read_text())
+    except RecursionError:
+        raise RunError(f"{path} is damaged (nested too deep to read): {fix}") from None
+    except ValueError as error:  # not JSON, or not text (UnicodeDecodeError)
+        raise RunError(f"{path} is damaged ({first_line(error)}): {fix}") from None
+    if not isinstance(value, dict):
+        raise RunError(f"{path} is damaged (not a JSON object): {fix}")
+    return value
 
 
 def weights_sha256(state: dict[str, torch.Tensor]) -> str:

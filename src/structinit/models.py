@@ -16,7 +16,7 @@ from timm.models.mlp_mixer import MlpMixer
 from torch import nn
 
 from .errors import first_line
-from .inits.api import initialize
+from .inits.api import check_seed, initialize
 from .inits.labels import DEFAULT, InitSpec
 from .report import Report
 
@@ -103,7 +103,7 @@ def create_model(
         if "Unknown model" in str(error):
             raise ValueError(f"{error}; presets: {', '.join(PRESETS)}") from None
         raise ValueError(f"{name} cannot be built with {kwargs or 'its defaults'}: {first_line(error)}") from None
-    except (TypeError, ValueError, AssertionError, KeyError, AttributeError, ImportError) as error:
+    except (TypeError, ValueError, ArithmeticError, AssertionError, KeyError, AttributeError, ImportError) as error:
         raise ValueError(f"{name} cannot be built with {kwargs or 'its defaults'}: {first_line(error)}") from None
     if sincos:
         _fix_sincos_position_table(model)
@@ -141,6 +141,7 @@ def build_model(
     weights timm draws before the init, e.g. MLPs and head, depend on it): the same arguments give the
     same weights in every process. `teacher`: the teacher of a `select` init (--teacher) that its label
     does not name. Returns (model, report)."""
+    check_seed(seed)
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)

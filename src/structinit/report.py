@@ -104,6 +104,17 @@ class Report:
         return "\n".join(lines)
 
 
+def recorded_heads(record: dict[str, Any]) -> int | None:
+    """The heads (units) per layer that a saved report (`Report.to_dict`) records, from its first layer;
+    None if it records no layers. ValueError if its layers are not a report's."""
+    layers = record.get("layers")
+    if not layers:
+        return None
+    if not isinstance(layers, list) or not isinstance(layers[0], dict) or not isinstance(layers[0].get("heads"), list):
+        raise ValueError("its layers are not a report's (a list of layers, each with a list of heads)")
+    return len(layers[0]["heads"])
+
+
 def best_offsets(attn: torch.Tensor, kernel_size: int, grid: tuple[int, int], num_prefix: int) -> list[HeadReport]:
     """For each head, the offset of an f x f kernel that holds the most mass, and that mass."""
     candidates = kernel_offsets(kernel_size)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sys
 import threading
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..files import refuse_link
+from ..inits.api import check_seed
 from ..inits.labels import DEFAULT, InitSpec, parse_assignments, split_top_level
 from ..inits.registry import METHODS
 from ..models import PRESETS
@@ -23,6 +23,7 @@ FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
 
 
 def run_train(args: argparse.Namespace) -> int:
+    from ..training.device import distributed_processes
     from ..training.run import print_summary, resume_config, train
     from ..training.settings import load_preset
 
@@ -39,7 +40,7 @@ def run_train(args: argparse.Namespace) -> int:
     if config.teacher is not None and config.init_spec.method != "select":
         raise ValueError(f"--teacher is the larger model of --init select; --init {config.init} does not read it")
     summary = train(config)
-    if int(os.environ.get("RANK", "0")) == 0:
+    if distributed_processes().main:
         print_summary(summary, config.out)
     return 0
 
@@ -62,7 +63,7 @@ def run_init(args: argparse.Namespace) -> int:
         raise ValueError(f"--json {args.json} is a directory: give a file name, e.g. {Path(args.json) / 'init.json'}")
     if args.json and not Path(args.json).absolute().parent.is_dir():
         raise ValueError(f"--json {args.json}: {Path(args.json).parent} does not exist: create it first")
-    check_seed(args.seed)
+    check_seed(args.seed, "--seed")
     if args.save:
         check_init_path(args.save)
         if args.json and Path(args.json).absolute() == Path(args.save).absolute():
@@ -99,11 +100,6 @@ def check_new_file(name: str, path: Path, overwrite: bool) -> None:
     refuse_link(path)
     if path.exists() and not overwrite:
         raise ValueError(f"{name} {path} exists: give another file, or add --overwrite to replace it")
-
-
-def check_seed(seed: int) -> None:
-    if not 0 <= seed < 2**32:
-        raise ValueError(f"--seed must lie in 0..{2**32 - 1} (numpy's seeds), got {seed}")
 
 
 def check_figure_path(out: str) -> None:
@@ -169,7 +165,7 @@ def target_arguments(args: argparse.Namespace) -> dict[str, Any]:
     """The keyword arguments of the inspection commands' functions, from their shared flags."""
     if args.images < 1:
         raise ValueError(f"--images must be >= 1, got {args.images}")
-    check_seed(args.seed)
+    check_seed(args.seed, "--seed")
     check_figure_path(args.out)
     return dict(
         data=args.data,
@@ -239,6 +235,16 @@ COMMANDS = {
 }
 
 
+# what a command interrupted (Ctrl-C, SIGTERM) left, and what to do; the others: run it again
+CHECKPOINTED = "finished epochs are checkpointed: "
+AFTER_INTERRUPT = {
+    "train": CHECKPOINTED + "--resume goes on from the last (a run stopped in its first epoch: run it again)",
+    "compare": CHECKPOINTED + "run the same command again: finished runs are skipped, interrupted ones resume",
+    "init": "no file is left half-written: run it again",
+    "upgrade-checkpoint": "the checkpoints named as upgraded are done, the others are as they were",
+}
+AFTER_INTERRUPT["demo"] = AFTER_INTERRUPT["compare"]
+
 # modules that the library call does without, and the extra that installs each
 EXTRAS = {"matplotlib": "train", "sklearn": "train", "tensorboard": "log", "wandb": "log"}
 
@@ -264,12 +270,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         return fail(args.command, f"this needs {error.name}: pip install 'structinit[{extra}]'")
     except KeyboardInterrupt:
-        again = (
-            "run the same command again: finished runs are skipped, interrupted ones resume"
-            if args.command in ("compare", "demo")
-            else "--resume goes on from the last (a run stopped in its first epoch: run it again)"
-        )
-        print(f"structinit {args.command}: interrupted; finished epochs are checkpointed: {again}", file=sys.stderr)
+        again = AFTER_INTERRUPT.get(args.command, "run it again")
+        print(f"structinit {args.command}: interrupted; {again}", file=sys.stderr)
         return 130
 
 

@@ -8,10 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..errors import first_line
-from ..files import regular_file
 from ..studies.launch import CLUSTERS
-from ..training.settings import INIT_HELP, SETTINGS, Setting, TrainConfig, flag, load_yaml
+from ..training.settings import INIT_HELP, SETTINGS, Setting, TrainConfig, flag
 
 # `train --filters`, for ConvMixer: the init label each choice stands for
 FILTERS = {
@@ -227,18 +225,6 @@ def train_config(args: argparse.Namespace, **overrides: Any):
 
 def file_values(args: argparse.Namespace) -> dict[str, Any]:
     """The settings of --config FILE (none without it)."""
-    if not args.config:
-        return {}
-    import yaml
+    from ..training.config_file import read_config_file
 
-    from ..training.config_file import config_values
-
-    path = Path(args.config)
-    if not path.exists():
-        raise ValueError(f"--config {path}: no such file")
-    regular_file(path)
-    try:
-        loaded = load_yaml(path.read_text())
-    except yaml.YAMLError as error:
-        raise ValueError(f"--config {path}: not valid YAML ({first_line(error)})") from None
-    return config_values(loaded or {}, f"--config {path}")
+    return read_config_file(Path(args.config)) if args.config else {}

@@ -177,8 +177,8 @@ def _imagefolder(name: str, path: Path, cache_dir: str | Path | None) -> TensorD
         train = ImageFiles(train_files, train_labels, classes, train_digests)
         test = ImageFiles(test_files, test_labels, classes, test_digests)
         return StreamData(name, train, test, torch.tensor(train_labels), list(classes))
-    train_images = decode_cached(train_files, train_digests, probe.size, cache_dir)
-    test_images = decode_cached(test_files, test_digests, probe.size, cache_dir)
+    train_images = decode_cached(train_files, train_digests, probe.size, train_files[0], cache_dir)
+    test_images = decode_cached(test_files, test_digests, probe.size, train_files[0], cache_dir)
     return TensorData(
         name, train_images, torch.tensor(train_labels), test_images, torch.tensor(test_labels), list(classes)
     )

@@ -161,10 +161,11 @@ class ImageFiles(torch.utils.data.Dataset):
 
 
 def decode_cached(
-    files: list[Path], digests: list[str], size: tuple[int, int], cache_dir: str | Path | None
+    files: list[Path], digests: list[str], size: tuple[int, int], sized_as: Path, cache_dir: str | Path | None
 ) -> torch.Tensor:
-    """Decode images into a uint8 (N, 3, H, W) tensor, cached under `cache_dir` by the files' content
-    digests. A cache file that is damaged, or of another shape, is decoded again and replaced."""
+    """Decode images of `size` (the size of `sized_as`, named if one differs) into a uint8 (N, 3, H, W)
+    tensor, cached under `cache_dir` by the files' content digests. A cache file that is damaged, or of
+    another shape, is decoded again and replaced."""
     key = hashlib.sha1("\n".join(digests).encode()).hexdigest()[:16]
     cache = cache_folder(cache_dir) / f"images-{key}.pt"
     shape = (len(files), 3, size[1], size[0])
@@ -184,7 +185,7 @@ def decode_cached(
         image = open_image(f)
         if image.size != size:
             raise ValueError(
-                f"image {f} is {image.size[0]}x{image.size[1]} but {files[0]} is {size[0]}x{size[1]}: images up to "
+                f"image {f} is {image.size[0]}x{image.size[1]} but {sized_as} is {size[0]}x{size[1]}: images up to "
                 f"{SMALL_IMAGE_PX} px are held in memory and must share one size; resize them"
             )
         out[i] = torch.from_numpy(np.array(image)).permute(2, 0, 1)

@@ -22,6 +22,16 @@ from .options import FilterOptions, MethodOptions
 from .registry import family_of
 from .threads import one_torch_thread
 
+MAX_SEED = 2**32 - 1  # numpy's largest seed: build_model and the trainer seed numpy with it too
+
+
+def check_seed(seed: Any, name: str = "seed") -> None:
+    """A seed is an int in 0..MAX_SEED, in the library as on the command line (`name`: its flag)."""
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"{name} must be an int or None, got {seed!r}")
+    if not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"{name} must lie in 0..{MAX_SEED} (numpy's seeds), got {seed}")
+
 
 def initialize(
     model: nn.Module, method: str, *, kernel_size: int | None = None, seed: int | None = None, **options: Any
@@ -40,10 +50,12 @@ def initialize(
     `structinit init --list-models` lists every family.
     ConvMixer: "random", "impulse", "box" set its depthwise filters, option `freeze`
     (see inits/convmixer.py); its kernel size is the model's own.
-    `seed=None` draws a seed from torch's global RNG (so `torch.manual_seed` makes it
-    reproducible); the report records it. The same seed gives bit-identical weights for the same
-    model configuration, however the model was constructed: a ViT's mimetic and impulse inits draw
-    the learned position embedding and prefix tokens, which they read, from the seed's generator
+    A seed lies in 0..2**32 - 1 (numpy's, as on the command line); `seed=None` draws one from
+    torch's global RNG (so `torch.manual_seed` makes it reproducible); the report records it. The
+    same seed gives bit-identical weights for the same model configuration at any thread count (on
+    another CPU, all but a rare last bit: docs/methods.md), however the model was constructed: a
+    ViT's mimetic and impulse inits draw the learned position embedding and prefix tokens, which they
+    read, from the seed's generator
     (at timm's init); everything else they write is drawn from it too. Of the weights they leave,
     impulse reads only the patch embedding (with blind_to_content, the maps ignore its span), and
     with propagate=True every block's output (qk-norm rescales the Q/K it finds: with base="timm" or
@@ -54,8 +66,7 @@ def initialize(
     """
     if seed is None:
         seed = int(torch.randint(2**31 - 1, (1,)))
-    elif isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int or None, got {seed!r}")
+    check_seed(seed)
     method, given, kernel_size = _split_method(method, options, kernel_size)
     model = unwrap(model)
     if isinstance(model, nn.Module) and any(t.is_meta for t in (*model.parameters(), *model.buffers())):

@@ -6,7 +6,6 @@ and a description with the weights' sha256 that a report records."""
 from __future__ import annotations
 
 import functools
-import json
 import pickle
 import zipfile
 from collections.abc import Mapping
@@ -19,7 +18,8 @@ from torch import nn
 
 from ..adapters import get_adapter, unwrap
 from ..errors import first_line
-from ..files import regular_file, weights_sha256
+from ..files import read_json_object, regular_file, weights_sha256
+from ..report import recorded_heads
 
 WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin")
 
@@ -113,9 +113,11 @@ def _from_run(path: Path) -> Teacher:
     heads = None
     report = path / "init_report.json"
     if report.exists():
-        regular_file(report)
-        layers = json.loads(report.read_text()).get("layers") or []
-        heads = len(layers[0]["heads"]) if layers else None
+        fix = "restore it, or delete it (rule=heads then needs teacher_heads=N)"
+        try:
+            heads = recorded_heads(read_json_object(report, fix))
+        except ValueError as error:
+            raise ValueError(f"teacher {report} is damaged ({error}): {fix}") from None
     return _teacher(_tensors(state["model"], str(checkpoint)), heads, f"run {path.name} (last.pt)")
 
 

@@ -15,21 +15,21 @@ import os
 import re
 import signal
 import threading
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, wait
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..files import refuse_link, remove_temporaries
+from ..files import read_json_object, refuse_link, remove_temporaries
 from ..training.config_file import read_config
 from ..training.identity import identity
 from ..training.lock import RunLock
 from ..training.ownership import clear_run, written_by_a_run
-from ..training.record import MetricsLog, RunError, read_record
+from ..training.record import MetricsLog, RunError
 from ..training.run import train
 from ..training.settings import TrainConfig, flag
-from .launch import Cluster, LocalJob, run_on_cluster
+from .launch import Cluster, LocalJob, local_workers, new_processes_ignore_signals, run_on_cluster
 from .results import REPORT_FIX, collect, write_results
 
 # an init label that is a folder name as it is: a method or variant without options (timm, impulse-soft)
@@ -125,6 +125,8 @@ def run_configs(
     call. `cluster`: each run is a job (a SLURM array, or local processes) submitted through
     submitit, with its scripts and logs in ROOT/jobs; this call waits for them (`parallel` is then
     ignored: `cluster.parallel` bounds the jobs at once) and `threads` defaults to cluster.cpus_per_run."""
+    if cluster is not None:
+        cluster.submitit()  # what the jobs need, before anything is made
     with RunLock(root, "grid") if root is not None else contextlib.nullcontext():
         for config in configs:
             _refuse_links_to(Path(config.out), root)
@@ -179,7 +181,7 @@ def _changed_init_options(config: TrainConfig) -> str:
     spec = config.init_spec
     if spec.is_default or not report.exists():
         return ""
-    recorded = read_record(report, REPORT_FIX).get("options", {})
+    recorded = read_json_object(report, REPORT_FIX).get("options", {})
     given = {**spec.options, **({"teacher": config.teacher} if spec.method == "select" and config.teacher else {})}
     then, now = options_then_and_now(spec.method, given, recorded) or ({}, {})
     differ = [f"{k}={then[k]!r} (now {v!r})" for k, v in now.items() if then[k] != v]
@@ -222,10 +224,11 @@ def _run_all(
         finally:
             torch.set_num_threads(before)
         return
-    context = multiprocessing.get_context("spawn")  # no forked torch thread pools
+    pool, stop = local_workers(parallel)
     progress = _GridProgress(todo, disable=quiet)
-    with _sigterm_as_interrupt(), ProcessPoolExecutor(parallel, mp_context=context) as pool:
-        futures = {pool.submit(LocalJob(threads), c): c for c in todo}
+    with _sigterm_as_interrupt(), pool:
+        with new_processes_ignore_signals():
+            futures = {pool.submit(LocalJob(threads), c): c for c in todo}
         pending = set(futures)
         try:
             while pending:
@@ -236,10 +239,11 @@ def _run_all(
                     progress.write(finished(futures[future], future.result()))
                 progress.update()
         except BaseException:  # a failed run, Ctrl-C or SIGTERM: no run starts, the running ones stop cleanly
+            stop.set()
             for future in pending:
                 future.cancel()
             for child in multiprocessing.active_children():
-                child.terminate()  # SIGTERM: an interrupt in LocalJob, which cleans up
+                child.terminate()  # SIGTERM: an interrupt in a running LocalJob, which cleans up
             raise
         finally:
             progress.close()

@@ -7,10 +7,15 @@ job is: train one run, and when SLURM stops it, be requeued to resume from the r
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import multiprocessing
+import shutil
 import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,13 +55,22 @@ class Cluster:
         if self.parallel is not None and self.parallel < 1:
             raise ValueError(f"parallel must be at least 1, got {self.parallel}")
 
-    def executor(self, folder: Path) -> Any:
-        """A submitit executor for these settings, writing job scripts and logs under `folder`."""
+    def submitit(self) -> Any:
+        """The submitit module, or one line saying what this machine lacks for these jobs."""
         try:
             import submitit
         except ImportError:
             raise RunError("--cluster needs submitit: pip install 'structinit[cluster]'") from None
-        executor = submitit.AutoExecutor(folder, cluster=self.kind)
+        if self.kind == "slurm" and shutil.which("srun") is None:  # what submitit looks for
+            raise RunError(
+                "--cluster slurm needs SLURM, and this machine has no srun on its PATH: run the command on the "
+                "cluster's login node, or try the grid here with --cluster local"
+            )
+        return submitit
+
+    def executor(self, folder: Path) -> Any:
+        """A submitit executor for these settings, writing job scripts and logs under `folder`."""
+        executor = self.submitit().AutoExecutor(folder, cluster=self.kind)
         parameters: dict[str, Any] = {
             "name": "structinit",
             "timeout_min": self.timeout_min,
@@ -99,19 +113,52 @@ class TrainJob:
 
 
 class LocalJob(TrainJob):
-    """A --parallel worker's run. Ctrl-C or SIGTERM (the grid stopping it) is one interrupt: the run
-    cleans up (its lock, temporary files) undisturbed by a second signal, and the worker starts no
-    other run."""
+    """A --parallel worker's run, in a pool of `local_workers`. The grid stops its workers by setting
+    their stop event, then sending SIGTERM: a run is interrupted once and cleans up (its lock, temporary
+    files) undisturbed by a second signal, and no run starts after. A worker ignores Ctrl-C, and SIGTERM
+    between runs: it ends when the grid closes the pool, without a traceback."""
 
     def __call__(self, config: TrainConfig) -> dict[str, Any]:
-        if _STOPPED:
-            raise KeyboardInterrupt
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, _interrupt_once)
-        return super().__call__(config)
+        signal.signal(signal.SIGTERM, _interrupt_once)
+        try:
+            if _STOP is not None and _STOP.is_set():
+                raise KeyboardInterrupt
+            return super().__call__(config)
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
-_STOPPED: list[int] = []  # the signal that stopped this worker
+def local_workers(count: int) -> tuple[ProcessPoolExecutor, Any]:
+    """A pool of `count` processes for LocalJob runs (spawned: no forked torch thread pools), and the
+    event that tells them the grid is stopping. Submit to it under `new_processes_ignore_signals`."""
+    context = multiprocessing.get_context("spawn")
+    stop = context.Event()
+    return ProcessPoolExecutor(count, mp_context=context, initializer=_keep_stop_event, initargs=(stop,)), stop
+
+
+@contextlib.contextmanager
+def new_processes_ignore_signals() -> Iterator[None]:
+    """Processes started inside (a pool starts its workers as work is submitted) begin with Ctrl-C and
+    SIGTERM ignored, as an ignored signal stays ignored in a new program; a signal to this process in
+    these milliseconds is lost. Only the main thread sets handlers: elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+
+_STOP: Any = None  # in a --parallel worker: the grid's event that it is stopping
+_STOPPED: list[int] = []  # the signal that stopped this worker's run
+
+
+def _keep_stop_event(stop: Any) -> None:
+    global _STOP
+    _STOP = stop
 
 
 def _interrupt_once(signum: int, frame: Any) -> None:

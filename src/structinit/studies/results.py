@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from ..data.datasets import parse_spec
-from ..files import atomic_write_text
+from ..files import atomic_write_text, read_json_object
+from ..report import recorded_heads
 from ..training.checkpoint import load_checkpoint
 from ..training.config_file import read_run_config
 from ..training.identity import NOT_RECIPE, config_hash, identity_differences
-from ..training.record import MetricsLog, RunError, read_record, summary_of_the_run
+from ..training.record import MetricsLog, RunError, summary_of_the_run
 from ..training.settings import TrainConfig, flag
 
 CSV_COLUMNS = [
@@ -76,7 +77,7 @@ REPAIR = "structinit train --resume --out RUN puts it back from its checkpoint (
 def _checked_record(path: Path) -> tuple[dict[str, Any], TrainConfig, dict[str, Any], list[dict[str, Any]]]:
     """A finished run's summary, config, environment and epoch lines, once they agree: the log ends at the
     summary's epoch with the summary's metrics, and config.yaml says what its last.pt trained."""
-    summary = read_record(path / "summary.json", SUMMARY_FIX)
+    summary = read_json_object(path / "summary.json", SUMMARY_FIX)
     resolved, ran = read_run_config(path / "config.yaml")
     curve = MetricsLog(path).epochs()
     done = summary.get("epochs_done")
@@ -238,5 +239,8 @@ def _heads(path: Path) -> int | str:
     report = path / "init_report.json"
     if not report.exists():
         return ""
-    layers = read_record(report, REPORT_FIX).get("layers")
-    return len(layers[0]["heads"]) if layers else ""
+    try:
+        heads = recorded_heads(read_json_object(report, REPORT_FIX))
+    except ValueError as error:
+        raise RunError(f"{report} is damaged ({error}): {REPORT_FIX}") from None
+    return "" if heads is None else heads

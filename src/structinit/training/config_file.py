@@ -6,13 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from ..errors import RunError, first_line
+from ..errors import RunError
 from ..files import regular_file
 from ..inits.labels import KERNEL_SIZE, InitSpec, with_options
 from .provenance import ENVIRONMENT
-from .settings import SETTINGS, TrainConfig, load_yaml
+from .settings import SETTINGS, TrainConfig
+from .settings_yaml import SettingsError, load_yaml, read_settings_text
 
 
 def config_values(values: Any, source: str) -> dict[str, Any]:
@@ -30,7 +29,7 @@ def config_values(values: Any, source: str) -> dict[str, Any]:
             legacy[KERNEL_SIZE] = kernel_size
         values["init"] = with_options(label, legacy)
     known = set(SETTINGS)
-    unknown = sorted(set(values) - known)
+    unknown = sorted(str(k) for k in set(values) - known)
     if unknown:
         raise ValueError(
             f"{source}: unknown setting(s) {', '.join(unknown)}; the settings are {', '.join(sorted(known))}"
@@ -50,17 +49,25 @@ def read_run_config(path: str | Path) -> tuple[TrainConfig, dict[str, Any] | Non
     fix = "restore it, or delete it: --resume writes it again from last.pt"
     regular_file(path)
     try:
-        text = path.read_text()
-    except UnicodeDecodeError:
-        raise RunError(f"{path} is damaged (not text): {fix}") from None
-    if not text.endswith("\n"):  # a run writes it whole, ending with a newline
-        raise RunError(f"{path} is truncated: {fix}")
-    try:
+        text = read_settings_text(path)
+        if not text.endswith("\n"):  # a run writes it whole, ending with a newline
+            raise RunError(f"{path} is truncated: {fix}")
         values = load_yaml(text)
-    except yaml.YAMLError as error:
-        raise RunError(f"{path} is damaged (not valid YAML: {first_line(error)}): {fix}") from None
+    except SettingsError as error:
+        raise RunError(f"{path} is damaged ({error}): {fix}") from None
     try:
         config = TrainConfig(**config_values(values, str(path)))
     except (ValueError, TypeError) as error:
         raise RunError(str(error) if str(error).startswith(str(path)) else f"{path}: {error}") from None
     return config, values.get(ENVIRONMENT)
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The settings of a --config FILE (a run's config.yaml, or any YAML of its keys); one line naming
+    the file if it is not such a file, before anything is made."""
+    where = f"--config {path}"
+    try:
+        values = load_yaml(read_settings_text(path))
+    except SettingsError as error:
+        raise ValueError(f"{where}: {error}") from None
+    return config_values(values or {}, where)

@@ -21,14 +21,43 @@ class Dist:
         return self.rank == 0
 
 
-def setup_distributed(device: torch.device) -> Dist:
-    """Join the process group torchrun describes in the environment (gloo on CPU, nccl on CUDA)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world == 1:
-        return Dist()
+def distributed_processes() -> Dist:
+    """The processes torchrun describes in the environment (RANK, WORLD_SIZE, LOCAL_RANK), checked
+    before any work: integers, ranks below the world size. One process (no WORLD_SIZE, or 1) is rank 0:
+    a RANK or LOCAL_RANK other than 0 there (a leftover of torchrun) is refused, as it would make the
+    only process a silent one that is not the main one."""
+    values = {}
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        text = os.environ.get(name)
+        if text is None:
+            continue
+        try:
+            values[name] = int(text)
+        except ValueError:
+            raise ValueError(f"the environment sets {name}={text!r}, not an integer (torchrun sets it)") from None
+    world, rank, local = values.get("WORLD_SIZE", 1), values.get("RANK", 0), values.get("LOCAL_RANK", 0)
+    if world < 1:
+        raise ValueError(f"the environment sets WORLD_SIZE={world}: the processes of a run are 1 or more")
+    if world == 1 and (rank or local):
+        raise ValueError(
+            f"the environment sets RANK={rank}, LOCAL_RANK={local} but no WORLD_SIZE above 1: a run of one "
+            "process is rank 0; unset them (torchrun sets all three for the processes it starts)"
+        )
+    if world > 1 and "RANK" not in values:
+        raise ValueError(f"the environment sets WORLD_SIZE={world} but no RANK: start the processes with torchrun")
+    if not (0 <= rank < world and 0 <= local < world):
+        raise ValueError(f"the environment sets RANK={rank}, LOCAL_RANK={local}: each must lie in 0..{world - 1}")
+    return Dist(rank, world, local)
+
+
+def setup_distributed(device: torch.device, processes: Dist) -> Dist:
+    """Join the process group of `processes` (distributed_processes) where there are several (gloo on
+    CPU, nccl on CUDA)."""
+    if processes.world == 1:
+        return processes
     if not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    return Dist(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+    return Dist(dist.get_rank(), dist.get_world_size(), processes.local_rank)
 
 
 def resolve_device(name: str, local_rank: int) -> torch.device:

@@ -21,13 +21,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..errors import RunError
 from ..files import refuse_link, remove_temporaries
 from .provenance import ENVIRONMENT
 from .record import MetricsLog
-from .settings import load_yaml
+from .settings_yaml import SettingsError, load_yaml, read_settings_text
 
 # what a run writes (besides snapshots/ and tensorboard/), and the files that hold its results
 RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.json", "last.pt", "prev.pt", "init_report.json", "wandb_id")
@@ -42,8 +40,8 @@ def written_by_a_run(path: Path, out: Path | None = None) -> bool:
     if not path.is_file():  # a FIFO or a device is none (and reading it would hang)
         return False
     try:
-        values = load_yaml(path.read_text())
-    except (yaml.YAMLError, UnicodeDecodeError, OSError):
+        values = load_yaml(read_settings_text(path))
+    except (SettingsError, OSError):
         return False
     if not isinstance(values, dict) or not isinstance(values.get(ENVIRONMENT), dict):
         return False
@@ -110,7 +108,7 @@ def run_files(out: Path) -> list[Path]:
     none without a config.yaml of a run of this directory."""
     if not written_by_a_run(out / "config.yaml", out):
         return []  # no record of a run of this directory: nothing here is its
-    settings = [load_yaml((out / "config.yaml").read_text())]
+    settings = [load_yaml(read_settings_text(out / "config.yaml"))]
     try:
         events = [r for r in MetricsLog(out).records() if r.get("event") == "resume"]
     except RunError:  # a damaged log accounts for nothing more

@@ -42,7 +42,7 @@ class MetricsLog:
                 continue
             try:
                 record = json.loads(line)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):  # not JSON, or nested too deep to read
                 if number == len(lines):
                     continue
                 raise RunError(f"{self.path} line {number} is damaged (not JSON): {self.FIX}") from None
@@ -122,16 +122,3 @@ def checkpoint_lines(checkpoint: dict[str, Any]) -> list[dict[str, Any]]:
     if checkpoint.get("log") is not None:
         return list(checkpoint["log"])
     return [checkpoint["metrics"]] if checkpoint.get("metrics") else []
-
-
-def read_record(path: Path, fix: str) -> dict[str, Any]:
-    """A JSON object the tool wrote (summary.json, init_report.json); one line naming the file and `fix`
-    if it is damaged."""
-    regular_file(path)
-    try:
-        value = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise RunError(f"{path} is damaged ({error}): {fix}") from None
-    if not isinstance(value, dict):
-        raise RunError(f"{path} is damaged (not a JSON object): {fix}")
-    return value

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import os
 import random
 import time
 from pathlib import Path
@@ -30,7 +29,7 @@ from ..data.datasets import fingerprint, load_data
 from ..errors import RunError, first_line
 from .checkpoint import load_checkpoint, rng_state, set_rng_state
 from .config_file import config_values, read_config
-from .device import Dist, all_reduce_sum, resolve_amp, resolve_device, setup_distributed
+from .device import Dist, all_reduce_sum, distributed_processes, resolve_amp, resolve_device, setup_distributed
 from .lock import RunLock
 from .loggers import Loggers
 from .ownership import clear_run
@@ -59,8 +58,9 @@ def seed_everything(seed: int) -> None:
 
 def train(config: TrainConfig) -> dict[str, Any]:
     """Run (or resume) one training run; returns the summary written to summary.json."""
-    device = resolve_device(config.device, int(os.environ.get("LOCAL_RANK", "0")))
-    world = setup_distributed(device)
+    processes = distributed_processes()
+    device = resolve_device(config.device, processes.local_rank)
+    world = setup_distributed(device, processes)
     try:
         if Path(config.out).exists() and not Path(config.out).is_dir():
             raise ValueError(f"--out {config.out} is a file: give a directory for the run")

@@ -15,13 +15,13 @@ import yaml
 from torch import nn
 
 from ..errors import RunError
-from ..files import atomic_save, atomic_write_text
+from ..files import atomic_save, atomic_write_text, read_json_object
 from .checkpoint import load_checkpoint
 from .config_file import config_values, read_run_config
 from .identity import RESUMABLE, identity, identity_differences, resume_changes
 from .ownership import RESULTS, check_fresh, clear_temporaries, refuse_links, snapshot_path
 from .provenance import ENVIRONMENT
-from .record import MetricsLog, checkpoint_lines, read_record, summary_of_the_run
+from .record import MetricsLog, checkpoint_lines, summary_of_the_run
 from .settings import TrainConfig, flag
 
 
@@ -155,7 +155,7 @@ class RunDir:
             write_config(self.out, values, before or {})
         summary = self.out / "summary.json"
         if summary.exists():
-            record = read_record(summary, "move it away: --resume writes the run's own when it finishes")
+            record = read_json_object(summary, "move it away: --resume writes the run's own when it finishes")
             if not summary_of_the_run(self.log.epochs(), record):
                 raise RunError(
                     f"{summary} is not this run's (no epoch of its metrics.jsonl ends with it): move it away "
@@ -166,7 +166,7 @@ class RunDir:
         return before
 
     def read_summary(self) -> dict[str, Any]:
-        return read_record(self.out / "summary.json", "delete it: --resume writes it again")
+        return read_json_object(self.out / "summary.json", "delete it: --resume writes it again")
 
     def start(self, report: dict[str, Any], model: nn.Module) -> None:
         """A fresh run's init report, and its snapshot at init if asked."""
@@ -181,7 +181,9 @@ class RunDir:
         lines = [*self.pending, metrics]
         if epoch in self.config.snapshot_epochs:  # before the checkpoint: an epoch checkpointed has its snapshot
             save_snapshot(model, self.out, epoch)
-        atomic_save({**state, "metrics": metrics, "log": lines}, self.checkpoint_path, keep_previous=True)
+        # a run without a checkpoint yet starts again (a fresh one that made its folder removes it)
+        then = " and --resume" if self.checkpoint_path.exists() else " and run it again"
+        atomic_save({**state, "metrics": metrics, "log": lines}, self.checkpoint_path, keep_previous=True, then=then)
         if self.env is not None:
             (self.out / "summary.json").unlink(missing_ok=True)  # the run goes on past it
             values = {**dataclasses.asdict(self.config), "resume": False}

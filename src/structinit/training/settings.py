@@ -14,14 +14,16 @@ from importlib import resources
 from typing import Any
 
 import torch
-import yaml
 
 from ..data.augment import parse_randaugment
 from ..data.datasets import DATASETS_HELP, parse_spec
+from ..errors import quoted
+from ..inits.api import MAX_SEED
 from ..inits.labels import VARIANTS, InitSpec, parse_assignments, split_top_level
 from ..inits.registry import METHODS
 from ..models import PRESETS, check_model_kwargs
 from .loggers import check_loggers
+from .settings_yaml import load_yaml
 
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 INIT_HELP = (
@@ -89,7 +91,7 @@ def _names(text: str, flag: str) -> list[str]:
 WATCHED = {"resume": "free", "identity": False}  # how a run is watched or where it runs
 PLACE = {"identity": False}  # where files are, not what is computed
 GRID_AXIS = {"recipe": False}  # a grid varies it, so it is no part of the grid's recipe
-SEED_BOUNDS = f"[0, {2**32 - 1}]"  # numpy's seeds
+SEED_BOUNDS = f"[0, {MAX_SEED}]"  # numpy's seeds
 
 
 @dataclass
@@ -293,9 +295,9 @@ def check_value(name: str, declared: str, bounds: str | None, value: Any) -> Non
         return
     kinds, what = SETTING_TYPES[base]
     if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
-        raise ValueError(f"{flag(name)} takes {what}, got {value!r}")
+        raise ValueError(f"{flag(name)} takes {what}, got {quoted(value)}")
     if base == "list[str]" and not all(isinstance(item, str) for item in value):
-        raise ValueError(f"{flag(name)} takes {what}, got {value!r}")
+        raise ValueError(f"{flag(name)} takes {what}, got {quoted(value)}")
     if bounds is not None:
         check_bounds(name, bounds, value)
 
@@ -319,22 +321,6 @@ def check_bounds(name: str, bounds: str, value: float) -> None:
 
 def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """yaml.safe_load, refusing a key given twice in one mapping (PyYAML keeps the last silently)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        keys = [self.construct_object(key, deep=deep) for key, _ in node.value]
-        twice = sorted({str(k) for k in keys if keys.count(k) > 1})
-        if twice:
-            raise yaml.constructor.ConstructorError(None, None, f"{', '.join(twice)} given twice", node.start_mark)
-        return super().construct_mapping(node, deep=deep)
-
-
-def load_yaml(text: str) -> Any:
-    """Settings from YAML text: safe (no Python objects) and with every key once."""
-    return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no Python objects
 
 
 def presets() -> list[str]:

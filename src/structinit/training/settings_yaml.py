@@ -1,0 +1,82 @@
+"""Settings as YAML: how every settings file (a --config file, a run's config.yaml, a preset) is read.
+Plain YAML only: no Python objects, no anchors, aliases or merge keys (a 1 KB file of nested aliases
+is a billion values), every key a name given once, the file small and shallow. A file that breaks
+these rules is a SettingsError saying why, for the caller to name the file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import first_line, quoted
+
+MAX_BYTES = 64 << 10  # a run's config.yaml is about 2 KB; PyYAML takes seconds to read 64 KB
+MAX_DEPTH = 16  # settings nest two or three levels (model_kwargs: {name: [values]})
+MERGE = "tag:yaml.org,2002:merge"
+
+
+class SettingsError(ValueError):
+    """Text or a file that is not settings as YAML; the message says why, without the file's name."""
+
+
+def read_settings_text(path: Path) -> str:
+    """The text of the settings file `path`: a regular file of UTF-8 text of at most MAX_BYTES."""
+    if path.is_dir():
+        raise SettingsError("a directory, not a file")
+    if not path.exists():
+        raise SettingsError("no such file")
+    if not path.is_file():
+        raise SettingsError("not a regular file (a pipe or a device?)")
+    with open(path, "rb") as f:
+        data = f.read(MAX_BYTES + 1)
+    if len(data) > MAX_BYTES:
+        raise SettingsError(f"larger than {MAX_BYTES >> 10} KiB (settings are a few lines)")
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        raise SettingsError("not text (a binary file?)") from None
+
+
+def load_yaml(text: str) -> Any:
+    """The settings in YAML `text` (see the module); SettingsError if it is not such YAML."""
+    try:
+        return yaml.load(text, Loader=_SettingsLoader)  # a SafeLoader: no Python objects
+    except yaml.YAMLError as error:
+        raise SettingsError(f"not valid YAML ({first_line(error)})") from None
+
+
+class _SettingsLoader(yaml.SafeLoader):
+    """yaml.safe_load, refusing what settings never need before it is built: anchors and aliases,
+    merge keys, nesting deeper than MAX_DEPTH, keys that are not names, a key given twice in one
+    mapping (PyYAML keeps the last silently)."""
+
+    depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        event = self.peek_event()
+        line = f"line {event.start_mark.line + 1}"
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise SettingsError(f"{line}: anchors and aliases (& and *) are not supported: write each value out")
+        if self.depth >= MAX_DEPTH:
+            raise SettingsError(f"{line}: nested deeper than {MAX_DEPTH} levels")
+        self.depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        keys = set()
+        for key_node, _ in node.value:
+            line = f"line {key_node.start_mark.line + 1}"
+            if key_node.tag == MERGE:
+                raise SettingsError(f"{line}: merge keys (<<) are not supported: write the keys out")
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, str):
+                raise SettingsError(f"{line}: a key must be a name, got {quoted(key)}")
+            if key in keys:
+                raise SettingsError(f"{line}: {key} given twice")
+            keys.add(key)
+        return super().construct_mapping(node, deep=deep)
