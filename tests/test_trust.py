@@ -981,3 +981,19 @@ def test_sigterm_is_an_interrupt_that_leaves_no_temporary_file(tmp_path):
     _, err = process.communicate(timeout=60)
     assert process.returncode == 130 and "interrupted; finished epochs are checkpointed" in err
     assert not [p for p in out.iterdir() if ".tmp" in p.name]
+
+
+def test_a_file_where_a_folder_belongs_is_one_line_naming_the_flag(tmp_path, capsys):
+    """The data folder, a grid's --out and --cache-dir given as files (or a FIFO): one line saying what
+    the path is, where a bare "File exists" or "does not exist" came before."""
+    (tmp_path / "f").write_text("notes\n")
+    os.mkfifo(tmp_path / "pipe")
+    data = make_imagefolder(tmp_path / "data", 8, per_class=2)
+    for argv, message in [
+        (["train", *FLAGS, "--data", f"imagefolder:{tmp_path / 'pipe'}", "--out", str(tmp_path / "r1")], "is a file"),
+        (["train", *FLAGS, "--data", f"imagefolder:{data}", "--cache-dir", str(tmp_path / "f")], "is not a directory"),
+        ([*GRID, "--out", str(tmp_path / "f")], f"--out {tmp_path / 'f'} is a file: give a directory for the grid"),
+    ]:
+        assert main(argv) != 0
+        one_line(capsys, message)
+    assert (tmp_path / "f").read_text() == "notes\n"

@@ -23,7 +23,10 @@ RECENT_NS = 2_000_000_000
 
 def cache_folder(cache_dir: str | Path | None) -> Path:
     """Where decoded images and digests are kept: `cache_dir`, or ~/.cache/structinit."""
-    return Path(cache_dir or Path.home() / ".cache" / "structinit")
+    folder = Path(cache_dir or Path.home() / ".cache" / "structinit")
+    if folder.exists() and not folder.is_dir():
+        raise RunError(f"--cache-dir {folder} is not a directory: give a folder for the decoded images")
+    return folder
 
 
 def file_digests(split: Path, files: list[Path], cache_dir: str | Path | None) -> list[str]:

@@ -23,6 +23,8 @@ IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".gif", ".tif", ".tif
 
 
 def split_dirs(path: Path) -> tuple[Path, Path]:
+    if path.exists() and not path.is_dir():
+        raise NotADirectoryError(f"dataset directory {path} is a file, not a directory of train/ and test/")
     if not path.is_dir():
         raise FileNotFoundError(f"dataset directory {path} does not exist")
     train = path / "train"

@@ -95,6 +95,8 @@ RESULT_FILES = ("results.csv", "results.md", "curves.png", "summary.png")
 def _check_grid_directory(out: Path) -> None:
     """Refuse to write a grid's results over files of those names in a directory that holds no grid,
     and a link where the grid writes them (or its jobs/): it would write outside the grid."""
+    if out.exists() and not out.is_dir():
+        raise RunError(f"--out {out} is a file: give a directory for the grid")
     for name in (*RESULT_FILES, "jobs"):
         refuse_link(out / name)
     present = [name for name in RESULT_FILES if (out / name).exists()]
