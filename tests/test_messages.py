@@ -242,6 +242,21 @@ def test_a_deeply_nested_record_is_one_line_naming_it(grid, tmp_path, capsys, na
 
 @pytest.mark.parametrize(
     "text",
+    ['{"options": 5, "layers": []}', '{"options": null}', '{"options": {}, "layers": [{"heads": 4}]}'],
+    ids=["options-a-number", "options-null", "heads-a-number"],
+)
+def test_a_grid_runs_init_report_of_the_wrong_shape_is_one_line_naming_it(grid, tmp_path, capsys, text):
+    out = tmp_path / "grid"
+    shutil.copytree(grid, out, ignore=shutil.ignore_patterns(".lock"))
+    damaged = out / "per_class_10" / "timm-seed0" / "init_report.json"
+    damaged.write_text(text)
+    argv = ["compare", "--inits", "timm", "--seeds", "0", "--per-class", "10", "--model-kwargs", "depth=2"]
+    assert main([*argv, "--batch-size", "50", "--epochs", "1", "--quiet", "--out", str(out)]) == 2
+    one_line(capsys, f"{damaged} is damaged", "delete it")
+
+
+@pytest.mark.parametrize(
+    "text",
     [
         '{"layers": [{"index": 0}]}',  # a KeyError
         '{"layers": [{"heads": 4}]}',  # a TypeError naming no file
