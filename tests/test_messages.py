@@ -169,7 +169,7 @@ def test_ctrl_c_on_a_parallel_grid_is_one_line_from_every_process(tmp_path):
         "structinit compare: interrupted; finished epochs are checkpointed: run the same command again: finished "
         "runs are skipped, interrupted ones resume"
     ], err
-    assert (long / "last.pt").exists() and not (long / "summary.json").exists()  # stopped while it trained
+    assert not (long / "summary.json").exists()  # stopped while it trained (its first epoch may be unfinished)
     assert not list(out.rglob(".lock")) and not list(out.rglob("*.tmp*"))
 
 
@@ -238,6 +238,21 @@ def test_a_deeply_nested_record_is_one_line_naming_it(grid, tmp_path, capsys, na
     argv = ["compare", "--inits", "timm", "--seeds", "0", "--per-class", "10", "--model-kwargs", "depth=2"]
     assert main([*argv, "--batch-size", "50", "--epochs", "1", "--quiet", "--out", str(out)]) == 2
     one_line(capsys, f"{damaged} ", "damaged")
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"options": 5, "layers": []}', '{"options": null}', '{"options": {}, "layers": [{"heads": 4}]}'],
+    ids=["options-a-number", "options-null", "heads-a-number"],
+)
+def test_a_grid_runs_init_report_of_the_wrong_shape_is_one_line_naming_it(grid, tmp_path, capsys, text):
+    out = tmp_path / "grid"
+    shutil.copytree(grid, out, ignore=shutil.ignore_patterns(".lock"))
+    damaged = out / "per_class_10" / "timm-seed0" / "init_report.json"
+    damaged.write_text(text)
+    argv = ["compare", "--inits", "timm", "--seeds", "0", "--per-class", "10", "--model-kwargs", "depth=2"]
+    assert main([*argv, "--batch-size", "50", "--epochs", "1", "--quiet", "--out", str(out)]) == 2
+    one_line(capsys, f"{damaged} is damaged", "delete it")
 
 
 @pytest.mark.parametrize(

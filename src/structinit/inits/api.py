@@ -50,19 +50,18 @@ def initialize(
     `structinit init --list-models` lists every family.
     ConvMixer: "random", "impulse", "box" set its depthwise filters, option `freeze`
     (see inits/convmixer.py); its kernel size is the model's own.
-    A seed lies in 0..2**32 - 1 (numpy's, as on the command line); `seed=None` draws one from
-    torch's global RNG (so `torch.manual_seed` makes it reproducible); the report records it. The
-    same seed gives bit-identical weights for the same model configuration at any thread count (on
-    another CPU, all but a rare last bit: docs/methods.md), however the model was constructed: a
-    ViT's mimetic and impulse inits draw the learned position embedding and prefix tokens, which they
-    read, from the seed's generator
-    (at timm's init); everything else they write is drawn from it too. Of the weights they leave,
-    impulse reads only the patch embedding (with blind_to_content, the maps ignore its span), and
-    with propagate=True every block's output (qk-norm rescales the Q/K it finds: with base="timm" or
-    "kaiming" every weight is drawn from the seed); `structinit init --seed` and the trainer seed the
-    model's construction as well, so their weights repeat exactly. A model wrapped by torch.compile,
-    DistributedDataParallel or DataParallel is initialised through the wrapper (they share weights).
-    An init that refuses a model or its options does so before it writes anything.
+    A seed lies in 0..2**32 - 1 (numpy's, as on the command line); `seed=None` draws one from torch's
+    global RNG (so `torch.manual_seed` makes it reproducible); the report records it. The same seed
+    gives bit-identical weights for the same model configuration at any thread count (on another CPU,
+    all but a rare last bit: docs/methods.md), however the model was constructed: a ViT's mimetic and
+    impulse inits draw the learned position embedding and prefix tokens, which they read, from the
+    seed's generator (at timm's init); everything else they write is drawn from it too. Of the weights
+    they leave, impulse reads only the patch embedding (with blind_to_content, the maps ignore its
+    span), and with propagate=True every block's output (qk-norm rescales the Q/K it finds: with
+    base="timm" or "kaiming" every weight is drawn from the seed); `structinit init --seed` and the
+    trainer seed the model's construction as well, so their weights repeat exactly. A model wrapped by
+    torch.compile, DistributedDataParallel or DataParallel is initialised through the wrapper (they
+    share weights). An init that refuses a model or its options does so before it writes anything.
     """
     if seed is None:
         seed = int(torch.randint(2**31 - 1, (1,)))

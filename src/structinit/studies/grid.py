@@ -184,6 +184,8 @@ def _changed_init_options(config: TrainConfig) -> str:
     if spec.is_default or not report.exists():
         return ""
     recorded = read_json_object(report, REPORT_FIX).get("options", {})
+    if not isinstance(recorded, dict):
+        raise RunError(f"{report} is damaged (its options are not a mapping): {REPORT_FIX}")
     given = {**spec.options, **({"teacher": config.teacher} if spec.method == "select" and config.teacher else {})}
     then, now = options_then_and_now(spec.method, given, recorded) or ({}, {})
     differ = [f"{k}={then[k]!r} (now {v!r})" for k, v in now.items() if then[k] != v]

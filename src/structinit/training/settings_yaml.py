@@ -73,7 +73,7 @@ class _SettingsLoader(yaml.SafeLoader):
             line = f"line {key_node.start_mark.line + 1}"
             if key_node.tag == MERGE:
                 raise SettingsError(f"{line}: merge keys (<<) are not supported: write the keys out")
-            key = self.construct_object(key_node, deep=deep)
+            key = self.construct_object(key_node, deep=True)
             if not isinstance(key, str):
                 raise SettingsError(f"{line}: a key must be a name, got {quoted(key)}")
             if key in keys:
