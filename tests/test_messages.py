@@ -136,7 +136,7 @@ def test_a_directory_or_a_pipe_given_as_a_config_file_is_named_for_what_it_is(tm
     pipe = tmp_path / "settings.yaml"
     os.mkfifo(pipe)
     assert main(["train", *FLAGS, "-c", str(pipe), "--out", str(out)]) == 2  # not read: it would wait forever
-    one_line(capsys, f"--config {pipe}: not a regular file")
+    one_line(capsys, f"--config {pipe}: {pipe} is a FIFO, not a regular file")
     assert not out.exists()
 
 

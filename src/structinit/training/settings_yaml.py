@@ -10,7 +10,8 @@ from typing import Any
 
 import yaml
 
-from ..errors import first_line, quoted
+from ..errors import RunError, first_line, quoted
+from ..files import regular_file
 
 MAX_BYTES = 64 << 10  # a run's config.yaml is about 2 KB; PyYAML takes seconds to read 64 KB
 MAX_DEPTH = 16  # settings nest two or three levels (model_kwargs: {name: [values]})
@@ -27,8 +28,10 @@ def read_settings_text(path: Path) -> str:
         raise SettingsError("a directory, not a file")
     if not path.exists():
         raise SettingsError("no such file")
-    if not path.is_file():
-        raise SettingsError("not a regular file (a pipe or a device?)")
+    try:
+        regular_file(path)  # a FIFO or a device: named for what it is, before it is opened
+    except RunError as error:
+        raise SettingsError(str(error)) from None
     with open(path, "rb") as f:
         data = f.read(MAX_BYTES + 1)
     if len(data) > MAX_BYTES:
