@@ -22,17 +22,9 @@ from structinit.inits.labels import InitSpec
 from structinit.models import build_model
 from structinit.studies.grid import compare
 from structinit.training import TrainConfig, train
+from test_trust import FAST, copy_run, one_line
 
-FAST = dict(data="digits", per_class=20, model="vit_digits", model_kwargs={"depth": 2}, batch_size=50, quiet=True)
 FLAGS = ["--per-class", "20", "--model-kwargs", "depth=2", "--batch-size", "50", "--quiet", "--epochs", "1"]
-
-
-def one_line(capsys, *fragments: str) -> str:
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "Traceback" not in err, err[:2000]
-    for fragment in fragments:
-        assert fragment in err, err
-    return err
 
 
 @pytest.fixture(scope="module")
@@ -41,11 +33,6 @@ def finished(tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("finished") / "run"
     train(TrainConfig(**FAST, epochs=1, out=str(run)))
     return run
-
-
-def copy_run(run: Path, to: Path) -> Path:
-    shutil.copytree(run, to, ignore=shutil.ignore_patterns(".lock"))
-    return to
 
 
 def laughs(levels: int) -> str:

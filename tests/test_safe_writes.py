@@ -17,17 +17,7 @@ from structinit.cli import main
 from structinit.models import create_model
 from structinit.studies.grid import compare
 from structinit.training import TrainConfig, train
-
-FAST = dict(data="digits", per_class=20, model="vit_digits", model_kwargs={"depth": 2}, batch_size=50, quiet=True)
-FLAGS = ["--per-class", "20", "--model-kwargs", "depth=2", "--batch-size", "50", "--quiet"]
-
-
-def one_line(capsys, *fragments: str) -> str:
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "Traceback" not in err, err
-    for fragment in fragments:
-        assert fragment in err, err
-    return err
+from test_trust import FAST, FLAGS, one_line
 
 
 def state(path: Path) -> object:
