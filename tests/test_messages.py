@@ -209,6 +209,18 @@ def grid(tmp_path_factory) -> Path:
 DEEP = "[" * 100_000 + "]" * 100_000  # JSON that Python's parser cannot read: a RecursionError
 
 
+def compare_over_damaged(grid: Path, tmp_path: Path, name: str, text: str) -> Path:
+    """A copy of the finished grid with its run's file `name` replaced by `text`, compared again (and
+    refused); returns the damaged file."""
+    out = tmp_path / "grid"
+    shutil.copytree(grid, out, ignore=shutil.ignore_patterns(".lock"))
+    damaged = out / "per_class_10" / "timm-seed0" / name
+    damaged.write_text(text)
+    argv = ["compare", "--inits", "timm", "--seeds", "0", "--per-class", "10", "--model-kwargs", "depth=2"]
+    assert main([*argv, "--batch-size", "50", "--epochs", "1", "--quiet", "--out", str(out)]) == 2
+    return damaged
+
+
 @pytest.mark.parametrize(
     ("name", "text"),
     [
@@ -218,12 +230,7 @@ DEEP = "[" * 100_000 + "]" * 100_000  # JSON that Python's parser cannot read: a
     ],
 )
 def test_a_deeply_nested_record_is_one_line_naming_it(grid, tmp_path, capsys, name, text):
-    out = tmp_path / "grid"
-    shutil.copytree(grid, out, ignore=shutil.ignore_patterns(".lock"))
-    damaged = out / "per_class_10" / "timm-seed0" / name
-    damaged.write_text(text)
-    argv = ["compare", "--inits", "timm", "--seeds", "0", "--per-class", "10", "--model-kwargs", "depth=2"]
-    assert main([*argv, "--batch-size", "50", "--epochs", "1", "--quiet", "--out", str(out)]) == 2
+    damaged = compare_over_damaged(grid, tmp_path, name, text)
     one_line(capsys, f"{damaged} ", "damaged")
 
 
@@ -233,12 +240,7 @@ def test_a_deeply_nested_record_is_one_line_naming_it(grid, tmp_path, capsys, na
     ids=["options-a-number", "options-null", "heads-a-number"],
 )
 def test_a_grid_runs_init_report_of_the_wrong_shape_is_one_line_naming_it(grid, tmp_path, capsys, text):
-    out = tmp_path / "grid"
-    shutil.copytree(grid, out, ignore=shutil.ignore_patterns(".lock"))
-    damaged = out / "per_class_10" / "timm-seed0" / "init_report.json"
-    damaged.write_text(text)
-    argv = ["compare", "--inits", "timm", "--seeds", "0", "--per-class", "10", "--model-kwargs", "depth=2"]
-    assert main([*argv, "--batch-size", "50", "--epochs", "1", "--quiet", "--out", str(out)]) == 2
+    damaged = compare_over_damaged(grid, tmp_path, "init_report.json", text)
     one_line(capsys, f"{damaged} is damaged", "delete it")
 
 
