@@ -137,10 +137,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     common = dict(settings, data=args.data, model=MODEL, model_kwargs=kwargs, seed=args.seed, out=str(out))
     recipe = TrainConfig(**common)
     steps = len(data.train_labels) // recipe.batch_size
-    members = []
-    for init in args.inits:
-        members.append(Member(TrainConfig(**common, init=init), data, device, steps, args.compile))
-        prefer_math_attention(members[-1].model, device, amp)
+    compiled = args.compile if args.compile is not None else device.type == "cuda"
+    members = [Member(TrainConfig(**common, init=init), data, device, steps, compiled) for init in args.inits]
+    for m in members:
+        prefer_math_attention(m.model, device, amp)
     mean = std = (0.5,) * data.image_shape[0]
     padding = data.image_shape[1] // 8
     augment = BatchAugment(mean, std, padding, True, randaugment=recipe.randaugment, group=args.augment_group)
@@ -153,12 +153,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     epoch = 0
     while epoch < recipe.epochs:
         order = torch.randperm(len(labels), generator=generator)[: steps * recipe.batch_size].view(steps, -1)
+        order = order.to(device)  # one copy an epoch, not one a step
         losses = {m.init: torch.zeros((), device=device) for m in members}
         clocks = {m.init: Clock(device) for m in members}
         for m in members:
             m.model.train()  # evaluation leaves it in eval mode
         for i, index in enumerate(order):
-            index = index.to(device)
             x, y = augment(images[index], labels[index], generator)
             for m in members:
                 with clocks[m.init]:
@@ -182,7 +182,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     batches = (
                         (augment.normalise(x), y) for x, y in zip(test_images.split(1000), test_labels.split(1000))
                     )
-                    line["test_top1"] = evaluate(m.model, batches, device, Dist(), amp)["test_top1"]
+                    line["test_top1"] = evaluate(m.forward, batches, device, Dist(), amp)["test_top1"]
                     m.curve.append((epoch + 1, line["test_top1"]))
                 f.write(json.dumps(line) + "\n")
         if due:
@@ -345,7 +345,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inits", default=",".join(INITS), help="comma-separated init labels")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--compile", action="store_true", help="torch.compile each model (GPU)")
+    parser.add_argument(
+        "--compile", action=argparse.BooleanOptionalAction, help="torch.compile each model (default: on CUDA only)"
+    )
     parser.add_argument("--augment-group", type=int, default=32, help="images sharing one RandAugment draw")
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--smoke", action="store_true", help="a 1-block model, 100 images, 2 epochs: the pipeline")

@@ -188,7 +188,8 @@ def setting_arguments(declared: str, about: Setting) -> dict[str, Any]:
     base = declared.partition(" | ")[0]
     arguments: dict[str, Any] = {"help": about.help}
     if base == "bool":
-        return {**arguments, "action": "store_true", "default": None}
+        switch = argparse.BooleanOptionalAction if declared == "bool | None" else "store_true"  # None: by device
+        return {**arguments, "action": switch, "default": None}
     if base in ("int", "float"):
         arguments["type"] = int if base == "int" else float
     if about.metavar:

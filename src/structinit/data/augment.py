@@ -37,14 +37,21 @@ def rand_augment(images: torch.Tensor, op: v2.RandAugment, generator: torch.Gene
         return torch.cat([op(chunk) for chunk in images.split(group)])
 
 
+def to_device(values: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Host-drawn values on the device without the host waiting for the copy (pinned, asynchronous on CUDA)."""
+    if device.type != "cuda":
+        return values.to(device)
+    return values.pin_memory().to(device, non_blocking=True)
+
+
 def random_crop(images: torch.Tensor, padding: int, generator: torch.Generator) -> torch.Tensor:
     """Per-image random crop of the original size from the zero-padded batch (B, C, H, W)."""
     if padding <= 0:
         return images
     batch, _, height, width = images.shape
     padded = F.pad(images, (padding, padding, padding, padding))
-    dy = torch.randint(0, 2 * padding + 1, (batch,), generator=generator).to(images.device)
-    dx = torch.randint(0, 2 * padding + 1, (batch,), generator=generator).to(images.device)
+    dy = to_device(torch.randint(0, 2 * padding + 1, (batch,), generator=generator), images.device)
+    dx = to_device(torch.randint(0, 2 * padding + 1, (batch,), generator=generator), images.device)
     rows = (dy[:, None] + torch.arange(height, device=images.device))[:, :, None]  # (B, H, 1)
     cols = (dx[:, None] + torch.arange(width, device=images.device))[:, None, :]  # (B, 1, W)
     index = torch.arange(batch, device=images.device)[:, None, None]
@@ -53,7 +60,7 @@ def random_crop(images: torch.Tensor, padding: int, generator: torch.Generator) 
 
 def random_flip(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """Flip each image left-right with probability 1/2."""
-    flip = (torch.rand(images.shape[0], generator=generator) < 0.5).to(images.device)
+    flip = to_device(torch.rand(images.shape[0], generator=generator) < 0.5, images.device)
     return torch.where(flip[:, None, None, None], images.flip(-1), images)
 
 

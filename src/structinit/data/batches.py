@@ -65,9 +65,9 @@ class InMemoryBatches:
         """This process's share of every step of `epoch`."""
         feed, steps, whole = self.feed, self.steps, self.feed.batch * self.feed.world
         order = torch.randperm(len(self.labels), generator=generator)[: steps * whole].view(steps, whole)
+        order = order.to(self.device)  # one copy an epoch, not one a step
         mine = slice(feed.rank * feed.batch, (feed.rank + 1) * feed.batch)
         for index in _progress(order, epoch, steps, feed.show):
-            index = index.to(self.device)
             images, labels = self.augment(self.images[index], self.labels[index], generator)
             images, labels = images[mine], labels[mine]
             yield (self.eraser(images) if self.eraser is not None else images), labels

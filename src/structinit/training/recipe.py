@@ -34,7 +34,9 @@ class Recipe:
         if world.world > 1:
             ids = [device.index] if device.type == "cuda" else None
             train_model = nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
-        self.forward = torch.compile(train_model) if config.compile else train_model
+        compiled = compiles(config, device)
+        self.forward = torch.compile(train_model) if compiled else train_model
+        self.eval_forward = torch.compile(self.model) if compiled else self.model  # the same weights
         self.optimizer = create_optimizer(self.model, config, device)
         self.ema = ModelEmaV3(self.model, decay=config.ema_decay) if config.ema_decay else None
         self.scaler = torch.amp.GradScaler(device.type) if self.amp_dtype == torch.float16 else None
@@ -117,6 +119,13 @@ def model_of(config: TrainConfig, data: TensorData | StreamData) -> tuple[nn.Mod
         teacher=config.teacher,
         **config.model_kwargs,
     )
+
+
+def compiles(config: TrainConfig, device: torch.device) -> bool:
+    """Whether the run's model is compiled: as --compile/--no-compile say, else on CUDA only (an H100 trains
+    the Table 5 ViT 1.36x faster compiled, ../shared/FINDINGS.md; on a CPU it gains nothing and costs a
+    minute of compilation: docs/training.md)."""
+    return config.compile if config.compile is not None else device.type == "cuda"
 
 
 def adamw_kernel(device: torch.device) -> dict[str, bool | None]:

@@ -228,7 +228,7 @@ class Run:
             "train_loss": all_reduce_sum(total_loss, world).item() / (seen * world.world),
         }
         if (epoch + 1) % config.eval_every == 0 or epoch + 1 == config.epochs:
-            metrics.update(self.evaluate(self.recipe.model))
+            metrics.update(self.evaluate(self.recipe.eval_forward))
             if self.recipe.ema is not None:
                 metrics.update({f"ema_{k}": v for k, v in self.evaluate(self.recipe.ema.module).items()})
         metrics.update(

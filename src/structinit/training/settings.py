@@ -167,7 +167,12 @@ class TrainConfig:
     )
     reprob: float = setting(0.0, bounds="[0, 1]", help="random erasing probability")
     amp: str = setting("auto", choices=("auto", "bf16", "fp16", "none"))
-    compile: bool = setting(False, aliases=("--torchcompile",), help="torch.compile the model (inductor)", **WATCHED)
+    compile: bool | None = setting(
+        None,
+        aliases=("--torchcompile",),
+        help="torch.compile the model (inductor); default: on CUDA only (--no-compile: eager there too)",
+        **WATCHED,
+    )
     device: str = setting("auto", help="auto (default), cpu, cuda, cuda:1, mps", **WATCHED)
     log: list[str] = setting(
         [],

@@ -1,0 +1,319 @@
+"""The Table 5 ViT's training step on one GPU, in each variant worth trying, against the chip's own ceiling.
+
+    python benchmarks/bench_gpu.py                                  # a GPU: every variant, one table (< 5 min)
+    python benchmarks/bench_gpu.py --variants eager,compile         # some of them (names: --list)
+    python benchmarks/bench_gpu.py --data cifar10:../shared/datasets/cifar10   # real images (default: random ones)
+    python benchmarks/bench_gpu.py --smoke                          # any CPU, ~2 min: the checks, a small model
+
+The step is the trainer's (structinit.training.recipe.Recipe: the model built and initialised as `structinit
+train` builds it, AdamW, cosine schedule, clipping at 3, bf16 autocast) on the paper's cell (gpu_table5.py:
+depth 8, width 256, patch 2 at 32 px, 256 tokens, batch 512), fed as gpu_table5.py feeds it: CIFAR-10-sized
+uint8 images held on the device, RandAugment (m9, n2) + crop + flip on the device each step. Per variant:
+images/s (augmentation included), TFLOP/s (torch.utils.flop_counter over one step: checked against
+6·P·T + 12·L·T²·d with P = 12·L·d², within 5 %), the fraction of a bf16 GEMM ceiling timed in the same run
+(8192³, CUDA events), peak memory, and the host synchronisations one step makes. A variant whose first
+steps (its compilation) would overrun --budget is skipped and says so. The table is printed last; with
+--json, the rows too. --smoke (CPU): a one-block model, the FLOP count against the formula, and a compiled
+step against the eager one (same init, same batches: losses equal within bf16's tolerance).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from gpu_table5 import MODEL, RECIPE, SMOKE_MODEL  # a script beside this one: the cell's model and recipe
+from structinit.data.augment import BatchAugment
+from structinit.data.datasets import TensorData, load_data
+from structinit.training import TrainConfig
+from structinit.training.device import Dist, resolve_amp, resolve_device
+from structinit.training.recipe import Recipe
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """How the step runs: torch.compile's mode (None: eager), AdamW's kernel, models trained side by side on
+    the same batches, images sharing one RandAugment draw (0: no RandAugment)."""
+
+    compile: str | None = "default"
+    fused: bool = True
+    models: int = 1
+    group: int = 32
+
+
+# in the order a lease should measure them: those that share one compilation (inductor's cache) first, the
+# costly autotuning last, where --budget may cut it
+VARIANTS = {
+    "eager": Variant(None),
+    "eager, no RandAugment": Variant(None, group=0),
+    "eager, foreach AdamW": Variant(None, fused=False),
+    "compile": Variant(),
+    "compile, no RandAugment": Variant(group=0),
+    "compile, RandAugment groups of 128": Variant(group=128),
+    "compile, two models": Variant(models=2),
+    "compile, CUDA graphs": Variant("reduce-overhead"),
+    "compile max-autotune, no CUDA graphs": Variant("max-autotune-no-cudagraphs"),
+    "compile max-autotune": Variant("max-autotune"),
+}
+SMOKE_VARIANTS = ["eager", "eager, no RandAugment", "eager, foreach AdamW"]
+HEADER = ["variant", "img/s", "TFLOP/s", "of ceiling", "peak GiB", "syncs/step", "first steps s"]
+
+
+@dataclasses.dataclass
+class Cell:
+    """What the variants share: the data on the device, the trainer's config, the augmentation's setting."""
+
+    data: TensorData
+    config: TrainConfig
+    device: torch.device
+    amp: torch.dtype | None
+
+    def recipe(self, variant: Variant) -> Recipe:
+        recipe = Recipe(self.config, self.data, self.device, Dist())
+        recipe.schedule(len(self.data.train_labels) // self.config.batch_size, 0)
+        for group in recipe.optimizer.param_groups:  # the trainer's default is fused on CUDA
+            group.update(fused=True, foreach=False) if variant.fused else group.update(fused=None, foreach=True)
+        if variant.compile is not None:
+            recipe.forward = torch.compile(recipe.model, mode=variant.compile)
+        return recipe
+
+    def augment(self, group: int) -> BatchAugment:
+        mean = std = (0.5,) * self.data.image_shape[0]
+        randaugment = self.config.randaugment if group else None
+        return BatchAugment(mean, std, self.data.image_shape[1] // 8, True, randaugment=randaugment, group=group or 1)
+
+    def batches(self, variant: Variant, steps: int, seed: int = 0):
+        """`steps` augmented batches, drawn as gpu_table5.py draws them (one permutation per pass, on the host)."""
+        images, labels = self.data.train_images, self.data.train_labels
+        augment, generator, batch = (
+            self.augment(variant.group),
+            torch.Generator().manual_seed(seed),
+            self.config.batch_size,
+        )
+        whole = len(labels) // batch
+        for i in range(steps):
+            if i % whole == 0:
+                order = torch.randperm(len(labels), generator=generator)[: whole * batch].view(whole, batch)
+                order = order.to(self.device)
+            yield augment(images[order[i % whole]], labels[order[i % whole]], generator)
+
+
+def formula_flops(config: TrainConfig, data: TensorData) -> float:
+    """Training FLOPs of one image: 6·P·T for the blocks' matrices (P = 12·L·d²) and 12·L·T²·d for attention."""
+    kwargs = config.model_kwargs
+    depth, width = kwargs.get("depth", 8), kwargs.get("embed_dim", 256)
+    tokens = (data.image_shape[1] // 2) ** 2  # the cell's patch is 2
+    return 6 * 12 * depth * width**2 * tokens + 12 * depth * tokens**2 * width
+
+
+def _sdpa_flops(query_shape, key_shape, value_shape, *args, **kwargs) -> int:
+    """A fused attention's matrix products: QK^T and PV, 2 FLOPs a multiply-add."""
+    batch, heads, queries, head_dim = query_shape
+    return 2 * batch * heads * queries * key_shape[-2] * (head_dim + value_shape[-1])
+
+
+def _sdpa_backward_flops(grad_shape, query_shape, key_shape, value_shape, *args, **kwargs) -> int:
+    return 2 * _sdpa_flops(query_shape, key_shape, value_shape)  # dV, dP, dQ, dK: four products
+
+
+# torch counts the CUDA kernels of scaled_dot_product_attention, not the CPU's fused one
+CPU_ATTENTION = {
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _sdpa_flops,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward: _sdpa_backward_flops,
+}
+
+
+def counted_flops(cell: Cell) -> float:
+    """FLOPs per image of one eager training step, as torch's FlopCounterMode counts them."""
+    recipe = cell.recipe(Variant(None))
+    images, labels = next(cell.batches(Variant(None), 1))
+    with FlopCounterMode(display=False, custom_mapping=CPU_ATTENTION) as counter:
+        recipe.step(images, labels, 0)
+    return counter.get_total_flops() / len(labels)
+
+
+def gemm_ceiling(device: torch.device, amp: torch.dtype | None) -> float:
+    """TFLOP/s of a large matrix product in the run's precision, best of ten (CUDA events on a GPU)."""
+    size = 8192 if device.type == "cuda" else 1024
+    a = torch.randn(size, size, device=device, dtype=amp or torch.float32)
+    b = torch.randn_like(a)
+    best = float("inf")
+    for _ in range(12):
+        best = min(best, timed(lambda: a @ b, device))
+    return 2 * size**3 / best / 1e12
+
+
+def timed(work, device: torch.device) -> float:
+    """Seconds `work()` takes (CUDA events on a GPU, so only the device's time counts)."""
+    if device.type != "cuda":
+        started = time.perf_counter()
+        work()
+        return time.perf_counter() - started
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    work()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1000
+
+
+def host_syncs(cell: Cell, recipes: list[Recipe], batch) -> int | str:
+    """The host synchronisations one step makes (CUDA's sync debug mode; '-' where there is none)."""
+    if cell.device.type != "cuda":
+        return "-"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            for recipe in recipes:
+                recipe.step(*batch, 1)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(w.message) for w in caught)
+
+
+def measure(cell: Cell, variant: Variant, steps: int, warmup: int, flops: float, ceiling: float) -> dict:
+    """One variant: warm-up steps (compilation), then `steps` timed ones, augmentation included."""
+    torch._dynamo.reset()
+    if cell.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(cell.device)
+    recipes = [cell.recipe(variant) for _ in range(variant.models)]
+    batches = cell.batches(variant, warmup + steps + 1)
+
+    def run(count: int) -> None:
+        for i, (images, labels) in zip(range(count), batches):
+            for recipe in recipes:
+                recipe.step(images, labels, i)
+
+    first = timed(lambda: run(warmup), cell.device)
+    syncs = host_syncs(cell, recipes, next(batches))
+    per_s = steps * cell.config.batch_size * variant.models / timed(lambda: run(steps), cell.device)
+    return {
+        "img_per_s": per_s,
+        "tflops": per_s * flops / 1e12,
+        "of_ceiling": per_s * flops / 1e12 / ceiling,
+        "peak_gib": torch.cuda.max_memory_allocated(cell.device) / 2**30 if cell.device.type == "cuda" else None,
+        "syncs_per_step": syncs,
+        "first_steps_s": first,
+    }
+
+
+def row(name: str, measured: dict | None) -> list[str]:
+    """A table row: three significant digits, '-' for what this device cannot tell."""
+    if measured is None:
+        return [name, "skipped: --budget spent", *[""] * (len(HEADER) - 2)]
+    shown = {k: "-" if v is None else f"{v:.3g}" if isinstance(v, float) else str(v) for k, v in measured.items()}
+    shown["img_per_s"], shown["of_ceiling"] = f"{measured['img_per_s']:,.0f}", f"{measured['of_ceiling']:.1%}"
+    return [name, *shown.values()]
+
+
+def compiled_agrees(cell: Cell, steps: int = 3) -> tuple[list[float], list[float]]:
+    """The eager and the compiled step's losses over the same batches, from the same init."""
+    losses = {}
+    for mode in (None, "default"):
+        torch._dynamo.reset()
+        recipe = cell.recipe(Variant(mode))
+        losses[mode] = [recipe.step(x, y, i).item() for i, (x, y) in enumerate(cell.batches(Variant(mode), steps))]
+    return losses[None], losses["default"]
+
+
+def synthetic(images: int, classes: int = 10) -> TensorData:
+    """Random CIFAR-10-sized uint8 images: the pace does not depend on what they show."""
+    generator = torch.Generator().manual_seed(0)
+    pixels = torch.randint(0, 256, (images, 3, 32, 32), dtype=torch.uint8, generator=generator)
+    labels = torch.randint(0, classes, (images,), generator=generator)
+    return TensorData("random", pixels, labels, pixels[:1000], labels[:1000], [str(c) for c in range(classes)])
+
+
+def cell_for(args: argparse.Namespace) -> Cell:
+    device = resolve_device(args.device, 0)
+    amp = resolve_amp("auto", device)
+    data = load_data(args.data) if args.data else synthetic(400 if args.smoke else 50_000)
+    data = dataclasses.replace(
+        data, train_images=data.train_images.to(device), train_labels=data.train_labels.to(device)
+    )
+    recipe = {**RECIPE, "batch_size": 16 if args.smoke else RECIPE["batch_size"]}
+    kwargs = SMOKE_MODEL if args.smoke else {}
+    config = TrainConfig(**recipe, data=args.data or "cifar10", model=MODEL, model_kwargs=kwargs, init="kaiming")
+    return Cell(data, config, device, amp)
+
+
+def markdown(rows: list[list]) -> str:
+    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    return "\n".join(lines + ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]) + "\n"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--variants", help="comma-separated variant names (default: all; --smoke: the eager ones)")
+    parser.add_argument("--list", action="store_true", help="the variants' names")
+    parser.add_argument("--data", help="a --data spec (default: random CIFAR-10-sized images)")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--steps", type=int, default=40, help="timed steps per variant")
+    parser.add_argument("--warmup", type=int, default=8, help="untimed steps first (compilation)")
+    parser.add_argument("--budget", type=float, default=270, help="seconds; later variants are skipped past it")
+    parser.add_argument("--smoke", action="store_true", help="CPU: a one-block model, the checks")
+    parser.add_argument("--json", type=Path, help="write the rows and the checks here too")
+    args = parser.parse_args(argv)
+    if args.list:
+        print("\n".join(VARIANTS))
+        return {}
+    names = args.variants.split(",") if args.variants else (SMOKE_VARIANTS if args.smoke else list(VARIANTS))
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        parser.error(f"--variants: unknown {unknown}; --list names them")
+    if args.smoke:
+        args.steps, args.warmup = min(args.steps, 3), min(args.warmup, 1)
+    started = time.perf_counter()
+    cell = cell_for(args)
+    flops, formula = counted_flops(cell), formula_flops(cell.config, cell.data)
+    ceiling = gemm_ceiling(cell.device, cell.amp)
+    result = {
+        "device": torch.cuda.get_device_name(cell.device) if cell.device.type == "cuda" else "cpu",
+        "precision": str(cell.amp).removeprefix("torch.") if cell.amp else "float32",
+        "gflop_per_image": {"counted": flops / 1e9, "formula": formula / 1e9, "ratio": flops / formula},
+        "ceiling_tflops": ceiling,
+        "rows": {},
+    }
+    if args.smoke:
+        result["eager_losses"], result["compiled_losses"] = compiled_agrees(cell)
+    for name in names:
+        spent = time.perf_counter() - started > args.budget
+        result["rows"][name] = None if spent else measure(cell, VARIANTS[name], args.steps, args.warmup, flops, ceiling)
+    print(
+        f"{result['device']}, {result['precision']}: ceiling {ceiling:.3g} TFLOP/s (GEMM); one image "
+        f"{flops / 1e9:.3g} GFLOP counted, {formula / 1e9:.3g} by the formula ({flops / formula - 1:+.1%})"
+    )
+    print(markdown([row(name, measured) for name, measured in result["rows"].items()]), end="")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+    failed = checks_failed(result)
+    if failed:
+        raise SystemExit("bench_gpu.py: " + "; ".join(failed))
+    return result
+
+
+def checks_failed(result: dict) -> list[str]:
+    """What the run contradicts: the FLOP count more than 5 % off the formula; a compiled step whose loss
+    differs from the eager one's by more than bf16's resolution (2^-8, relative)."""
+    failed = []
+    ratio = result["gflop_per_image"]["ratio"]
+    if abs(ratio - 1) > 0.05:
+        failed.append(f"the counted FLOPs are {ratio:.3f} times the formula's")
+    for step, (eager, compiled) in enumerate(zip(result.get("eager_losses", []), result.get("compiled_losses", []))):
+        if abs(eager - compiled) > 2**-8 * abs(eager):
+            failed.append(f"step {step}: compiled loss {compiled:.5f}, eager {eager:.5f}")
+    return failed
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(0)
