@@ -1,6 +1,6 @@
 """structinit: convolutional inductive bias for Vision Transformers through initialisation alone."""
 
-from .export import save_init
+from .export import load_init, save_init
 from .fidelity import fidelity
 from .inits import (
     METHODS,
@@ -25,5 +25,6 @@ __all__ = [
     "__version__",
     "fidelity",
     "initialize",
+    "load_init",
     "save_init",
 ]
