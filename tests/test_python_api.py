@@ -13,7 +13,7 @@ import pytest
 import timm
 import torch
 from safetensors import safe_open
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 from timm.models.convmixer import ConvMixer
 
 import structinit
@@ -107,6 +107,16 @@ def test_a_model_built_in_python_records_what_is_known_and_names_what_is_missing
         structinit.load_init(tmp_path / "init.pt")
 
 
+def test_a_damaged_record_is_named_with_its_file(tmp_path):
+    path = tmp_path / "init.safetensors"
+    save_file({"w": torch.zeros(2)}, str(path), metadata={"model": "vit_tiny_patch16_224", "model_kwargs": "{img"})
+    with pytest.raises(ValueError, match="^" + re.escape(f"{path} has a damaged record (not JSON where JSON belongs")):
+        structinit.load_init(path)
+    save_file({"w": torch.zeros(2)}, str(path), metadata={"model": "vit_tiny_patch16_224", "model_kwargs": "{}"})
+    with pytest.raises(ValueError, match="its weights do not fit the model its record builds"):
+        structinit.load_init(path)
+
+
 def test_the_trainer_is_imported_on_first_use():
     code = (
         "import sys, structinit\n"
@@ -146,7 +156,7 @@ def test_the_documented_python_example_trains_and_compares_as_the_cli_does(tmp_p
     assert grid.table == (grid.out / "results.md").read_text() and grid.table in printed
     with open(grid.out / "results.csv") as f:
         rows = {row["init"]: float(row["top1"]) for row in csv.DictReader(f)}
-    assert set(rows) == {"timm", "impulse"} and grid.top1("impulse", per_class=20) == [rows["impulse"]]
+    assert set(rows) == {"timm", "impulse"} and grid.top1("impulse") == [rows["impulse"]]
     assert printed.endswith(f"impulse, by seed: [{rows['impulse']}]\n")
     assert rows["impulse"] == round(run.top1, 3)  # the grid's run of the same settings
 
@@ -157,3 +167,12 @@ def test_the_documented_python_example_trains_and_compares_as_the_cli_does(tmp_p
     by_cli = json.loads(Path("cli/summary.json").read_text())
     for key in ("test_top1", "test_top5", "test_loss", "train_loss"):
         assert by_cli[key] == run.summary[key], key
+
+
+def test_a_grids_top1_names_the_subset_sizes_to_choose_from(tmp_path):
+    trained = [(10, 1, 40.0), (20, 0, 50.0), (10, 0, 30.0)]  # (per_class, seed, top-1) of a grid's impulse runs
+    grid = structinit.GridResult(tmp_path, [dict(init="impulse", per_class=k, seed=s, top1=t) for k, s, t in trained])
+    assert grid.top1("impulse", per_class=10) == [30.0, 40.0] and grid.top1("impulse", per_class=20) == [50.0]
+    with pytest.raises(ValueError, match=f"^{re.escape(str(tmp_path))} trained impulse at per_class 10, 20: give"):
+        grid.top1("impulse")
+    assert grid.top1("timm") == []

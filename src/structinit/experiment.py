@@ -63,8 +63,14 @@ class GridResult:
         return (self.out / "results.md").read_text()
 
     def top1(self, init: str, per_class: int | None = None) -> list[float]:
-        """The final top-1 (%) of each seed's run of `init` (at `per_class` images per class), by seed."""
-        runs = [row for row in self.rows if row["init"] == init and row["per_class"] == (per_class or "")]
+        """The final top-1 (%) of each seed's run of `init`, by seed, at `per_class` images per class
+        (which a grid of one subset size needs not name)."""
+        runs = [row for row in self.rows if row["init"] == init]
+        if per_class is not None:
+            runs = [row for row in runs if row["per_class"] == per_class]
+        sizes = sorted({str(row["per_class"] or "all") for row in runs})
+        if len(sizes) > 1:
+            raise ValueError(f"{self.out} trained {init} at per_class {', '.join(sizes)}: give per_class")
         return [row["top1"] for row in sorted(runs, key=lambda row: row["seed"])]
 
 

@@ -101,14 +101,13 @@ def read_init(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]
         state = load_file(str(path))
     except (SafetensorError, ValueError) as error:
         raise ValueError(f"{path} is not a readable .safetensors file ({first_line(error)})") from None
-    return state, {key: _decoded(value) for key, value in record.items()}
-
-
-def _decoded(text: str) -> Any:
     try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text  # recorded as text: a name, a version, a digest
+        return state, {key: json.loads(value) if key in JSON_KEYS else value for key, value in record.items()}
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} has a damaged record (not JSON where JSON belongs: {error})") from None
+
+
+JSON_KEYS = ("seed", "options", "mean_fidelity", "model_kwargs")  # what _record writes as JSON; the rest is text
 
 
 def load_init(path: str | Path) -> tuple[nn.Module, dict[str, Any]]:
