@@ -170,9 +170,9 @@ def test_the_documented_python_example_trains_and_compares_as_the_cli_does(tmp_p
 
 
 def test_a_grids_top1_names_the_subset_sizes_to_choose_from(tmp_path):
-    trained = [(10, 1, 40.0), (20, 0, 50.0), (10, 0, 30.0)]  # (per_class, seed, top-1) of a grid's impulse runs
+    trained = [(10, 1, 40.0), (200, 0, 50.0), (10, 0, 30.0)]  # (per_class, seed, top-1) of a grid's impulse runs
     grid = structinit.GridResult(tmp_path, [dict(init="impulse", per_class=k, seed=s, top1=t) for k, s, t in trained])
-    assert grid.top1("impulse", per_class=10) == [30.0, 40.0] and grid.top1("impulse", per_class=20) == [50.0]
-    with pytest.raises(ValueError, match=f"^{re.escape(str(tmp_path))} trained impulse at per_class 10, 20: give"):
+    assert grid.top1("impulse", per_class=10) == [30.0, 40.0] and grid.top1("impulse", per_class=200) == [50.0]
+    with pytest.raises(ValueError, match=f"^{re.escape(str(tmp_path))} trained impulse at per_class 10, 200: give"):
         grid.top1("impulse")
     assert grid.top1("timm") == []

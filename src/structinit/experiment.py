@@ -59,7 +59,7 @@ class GridResult:
 
     @property
     def table(self) -> str:
-        """results.md: mean ± std top-1 per cell and init, with the gains over timm and mimetic."""
+        """results.md, the grid's table (`structinit.studies.results.results_markdown`)."""
         return (self.out / "results.md").read_text()
 
     def top1(self, init: str, per_class: int | None = None) -> list[float]:
@@ -68,9 +68,10 @@ class GridResult:
         runs = [row for row in self.rows if row["init"] == init]
         if per_class is not None:
             runs = [row for row in runs if row["per_class"] == per_class]
-        sizes = sorted({str(row["per_class"] or "all") for row in runs})
+        sizes = sorted({row["per_class"] or 0 for row in runs})  # a row's per_class: "" for the whole set
         if len(sizes) > 1:
-            raise ValueError(f"{self.out} trained {init} at per_class {', '.join(sizes)}: give per_class")
+            named = ", ".join(str(size or "all") for size in sizes)
+            raise ValueError(f"{self.out} trained {init} at per_class {named}: give per_class")
         return [row["top1"] for row in sorted(runs, key=lambda row: row["seed"])]
 
 
