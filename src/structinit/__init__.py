@@ -1,6 +1,9 @@
 """structinit: convolutional inductive bias for Vision Transformers through initialisation alone."""
 
-from .export import save_init
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from .export import load_init, save_init
 from .fidelity import fidelity
 from .inits import (
     METHODS,
@@ -14,16 +17,42 @@ from .inits import (
 from .report import Report
 from .version import __version__
 
+if TYPE_CHECKING:
+    from .experiment import GridResult, RunResult, compare, train
+    from .training.settings import TrainConfig
+
+# the trainer's names, imported when first used: `import structinit` stays as quick as the init alone needs
+LAZY = {
+    "train": "experiment",
+    "compare": "experiment",
+    "RunResult": "experiment",
+    "GridResult": "experiment",
+    "TrainConfig": "training.settings",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in LAZY:
+        return getattr(import_module(f".{LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "METHODS",
     "FilterOptions",
+    "GridResult",
     "ImpulseOptions",
     "MimeticOptions",
     "MixerImpulseOptions",
     "Report",
+    "RunResult",
     "SwinImpulseOptions",
+    "TrainConfig",
     "__version__",
+    "compare",
     "fidelity",
     "initialize",
+    "load_init",
     "save_init",
+    "train",
 ]

@@ -1,9 +1,10 @@
 """The init as a file: weights that timm's `load_checkpoint` (and so train.py's
 `--initial-checkpoint`), `model.load_state_dict` and other trainers take.
 
-`.safetensors` files carry the init's record (method, seed, options, structinit version and the
-weights' sha256) as metadata; `.pth`/`.pt` files hold the bare state dict, which is what
-`model.load_state_dict(torch.load(path))` expects.
+`.safetensors` files carry a record as metadata: how to build the model again (its timm name and
+keywords, the preset it came from) and the init (method, seed, options, structinit version, the
+weights' sha256); `load_init` builds the model from that record and loads the weights. `.pth`/`.pt`
+files hold the bare state dict, which is what `model.load_state_dict(torch.load(path))` expects.
 """
 
 from __future__ import annotations
@@ -12,10 +13,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
 from .adapters import unwrap
-from .files import atomic_save, weights_sha256
+from .errors import first_line
+from .files import atomic_save, regular_file, weights_sha256
+from .models import constructor, create_model
 from .report import Report
 
 SUFFIXES = (".safetensors", ".pth", ".pt")
@@ -33,30 +37,94 @@ def check_init_path(path: str | Path) -> Path:
     return path
 
 
-def save_init(model: nn.Module, path: str | Path, report: Report | None = None) -> str:
+def save_init(
+    model: nn.Module, path: str | Path, report: Report | None = None, *, model_kwargs: dict[str, Any] | None = None
+) -> str:
     """Write `model`'s weights (unwrapped from torch.compile/DDP) to `path` and return their sha256.
 
-    Pass the `Report` that `initialize` returned to record the init in a `.safetensors` file."""
+    A `.safetensors` file records how to build the model again: its timm name and keywords, which a
+    `report` of `build_model` holds; for a model built in Python, give the keywords it was built with
+    as `model_kwargs` (without them the file says they are missing). Pass the `Report` that
+    `initialize` returned to record the init too."""
     path = check_init_path(path)
+    model = unwrap(model)
     # own, contiguous CPU copies: safetensors refuses tensors that share storage
-    state = {name: t.detach().cpu().contiguous().clone() for name, t in unwrap(model).state_dict().items()}
+    state = {name: t.detach().cpu().contiguous().clone() for name, t in model.state_dict().items()}
     digest = weights_sha256(state)
     if path.suffix == ".safetensors":
         from safetensors.torch import save
 
-        metadata = {"format": "pt", "weights_sha256": digest, **_record(report)}
+        built = report.constructor if report is not None and report.constructor else constructor(model, model_kwargs)
+        metadata = {"format": "pt", "weights_sha256": digest, **_record(report, built)}
         atomic_save(state, path, write=lambda tensors, f: f.write(save(tensors, metadata=metadata)))
     else:
         atomic_save(state, path)
     return digest
 
 
-def _record(report: Report | None) -> dict[str, str]:
+def _record(report: Report | None, built: dict[str, Any]) -> dict[str, str]:
     from .version import __version__
 
     record: dict[str, Any] = {"structinit": __version__}
     if report is not None:
-        record.update(method=report.method, seed=report.seed, options=report.options, model=report.model)
+        record.update(method=report.method, seed=report.seed, options=report.options)
         record.update(report.source)
         record["mean_fidelity"] = report.mean_fidelity
+    record.update({MODEL_KEYS.get(key, key): value for key, value in built.items()})
+    missing = [what for what, keys in MISSING if not set(keys) & set(built)]
+    if missing:
+        record["missing"] = f"{' and '.join(missing)} it was built with: {MISSING_FIX}"
     return {key: value if isinstance(value, str) else json.dumps(value, default=str) for key, value in record.items()}
+
+
+# the record's keys for models.constructor's, and what a record lacks without them
+MODEL_KEYS = {"class": "model_class", "kwargs": "model_kwargs"}
+MISSING = (("the timm name", ("model", "preset")), ("the keywords", ("kwargs",)))
+MISSING_FIX = "build it by name with timm.create_model and give save_init(..., model_kwargs=...) its keywords"
+
+
+def read_init(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The weights and the record of an init that save_init wrote as .safetensors (JSON values decoded)."""
+    from safetensors import SafetensorError, safe_open
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if path.suffix != ".safetensors":
+        raise ValueError(
+            f"{path.name} holds bare weights with no record of the model: load it into the model it was made for "
+            "(model.load_state_dict(torch.load(path))), or save the init as .safetensors"
+        )
+    regular_file(path)
+    try:
+        with safe_open(str(path), "pt") as file:
+            record = file.metadata() or {}
+        state = load_file(str(path))
+    except (SafetensorError, ValueError) as error:
+        raise ValueError(f"{path} is not a readable .safetensors file ({first_line(error)})") from None
+    try:
+        return state, {key: json.loads(value) if key in JSON_KEYS else value for key, value in record.items()}
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} has a damaged record (not JSON where JSON belongs: {error})") from None
+
+
+JSON_KEYS = ("seed", "options", "mean_fidelity", "model_kwargs")  # what _record writes as JSON; the rest is text
+
+
+def load_init(path: str | Path) -> tuple[nn.Module, dict[str, Any]]:
+    """The model a .safetensors init was saved from, built again from its record alone (through
+    `create_model`: timm's name and keywords, or the preset's class) and loaded with the file's weights
+    (strict); returns (model, record). A ValueError names what the record lacks."""
+    state, record = read_init(path)
+    kwargs = record.get("model_kwargs")
+    name = record.get("model") or record.get("preset")
+    if not isinstance(kwargs, dict) or not isinstance(name, str):
+        lacks = record.get("missing", "written by an older structinit")
+        raise ValueError(f"{path} does not record how to build its model ({lacks})")
+    kwargs = dict(kwargs)
+    classes, channels = kwargs.pop("num_classes", 1000), kwargs.pop("in_chans", 3)  # timm's defaults
+    model = create_model(name, num_classes=classes, in_chans=channels, data_size=None, **kwargs)
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as error:
+        raise ValueError(f"{path}: its weights do not fit the model its record builds ({first_line(error)})") from None
+    return model, record

@@ -1,7 +1,9 @@
-"""Model construction: any timm model name, plus presets for the small-image ViTs of the paper."""
+"""Model construction: any timm model name, plus presets for the small-image ViTs of the paper; what
+builds a model again (`constructor`), which a saved init records."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import random
 from collections.abc import Callable
@@ -81,6 +83,15 @@ def create_model(
     """timm.create_model for a preset or any timm name; ViT-family models get `img_size=data_size`
     (the in-memory images' size) unless `kwargs` sets img_size. `pos_embed="sincos"` gives a ViT a
     fixed (frozen) 2-D sin-cos position table, which every init leaves as it is."""
+    return _create(
+        name, num_classes=num_classes, in_chans=in_chans, data_size=data_size, drop_path=drop_path, **kwargs
+    )[0]
+
+
+def _create(
+    name: str, *, num_classes: int, in_chans: int, data_size: int | None, drop_path: float = 0.0, **kwargs: Any
+) -> tuple[nn.Module, dict[str, Any]]:
+    """create_model, and the model's constructor (see `constructor`)."""
     check_model_kwargs(kwargs)
     arch, preset_kwargs = PRESETS.get(name, (name, {}))
     options = {**preset_kwargs, **kwargs, "num_classes": num_classes, "in_chans": in_chans}
@@ -107,7 +118,21 @@ def create_model(
         raise ValueError(f"{name} cannot be built with {kwargs or 'its defaults'}: {first_line(error)}") from None
     if sincos:
         _fix_sincos_position_table(model)
-    return model
+    return model, constructor(model, options, preset=name if name in PRESETS else None)
+
+
+def constructor(model: nn.Module, kwargs: dict[str, Any] | None = None, preset: str | None = None) -> dict[str, Any]:
+    """How to build `model` again: `model`, the timm name that `timm.create_model` (and train.py's --model)
+    takes, where timm built it by name (its pretrained_cfg says); `class`, its class; `kwargs`, the
+    keywords it was built with, where known; `preset`, the preset of this package it came from."""
+    architecture = (getattr(model, "pretrained_cfg", None) or {}).get("architecture")
+    built: dict[str, Any] = {"model": architecture} if architecture else {}
+    built["class"] = f"{type(model).__module__}.{type(model).__qualname__}"
+    if kwargs is not None:
+        built["kwargs"] = dict(kwargs)
+    if preset is not None:
+        built["preset"] = preset
+    return built
 
 
 def _fix_sincos_position_table(model: nn.Module) -> None:
@@ -145,12 +170,13 @@ def build_model(
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-    model = create_model(name, num_classes=num_classes, in_chans=in_chans, data_size=data_size, **kwargs)
+    model, built = _create(name, num_classes=num_classes, in_chans=in_chans, data_size=data_size, **kwargs)
     if spec.is_default:
-        return model, Report(DEFAULT, type(model).__name__, [], seed=seed)
+        return model, Report(DEFAULT, type(model).__name__, [], seed=seed, constructor=built)
     options = dict(spec.options)
     if teacher is not None and spec.method == "select":
         if options.get("teacher") not in (None, teacher):
             raise ValueError(f"--teacher {teacher} and the label's teacher={options['teacher']}: give one")
         options["teacher"] = teacher
-    return model, initialize(model, spec.method, kernel_size=spec.kernel_size, seed=seed, **options)
+    report = initialize(model, spec.method, kernel_size=spec.kernel_size, seed=seed, **options)
+    return model, dataclasses.replace(report, constructor=built)

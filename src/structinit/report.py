@@ -36,6 +36,7 @@ class Report:
     measured_on: str = "pseudo input"
     unit: str = "head"  # what carries an offset: an attention head, a ConvMixer filter, a Mixer token mixer
     source: dict[str, str] = field(default_factory=dict)  # where the weights came from (select: the teacher)
+    constructor: dict[str, Any] = field(default_factory=dict)  # how to build the model again (models.constructor)
 
     def _fidelities(self) -> list[float]:
         return [h.fidelity for layer in self.layers for h in layer.heads if h.fidelity is not None]
@@ -62,6 +63,7 @@ class Report:
             "seed": self.seed,
             "options": dict(self.options),
             **({"source": dict(self.source)} if self.source else {}),
+            **({"constructor": dict(self.constructor)} if self.constructor else {}),
             "measured_on": self.measured_on,
             "unit": self.unit,
             "mean_fidelity": self.mean_fidelity,
