@@ -8,6 +8,7 @@ from .base import AttentionLayer, ModelAdapter
 from .convmixer import ConvMixerAdapter
 from .hf_vit import HFViTAdapter
 from .mixer import MixerAdapter
+from .rope import RopeEvaAdapter
 from .swin import SwinAdapter
 from .timm_eva import TimmEvaAdapter
 from .timm_vit import TimmViTAdapter
@@ -17,7 +18,7 @@ ADAPTERS: list[type[ModelAdapter]] = [TimmViTAdapter, TimmEvaAdapter, Torchvisio
 
 
 # families with their own inits (inits/registry.py), not the global-attention interface
-OTHER_FAMILIES = [SwinAdapter, MixerAdapter, ConvMixerAdapter]
+OTHER_FAMILIES = [SwinAdapter, MixerAdapter, RopeEvaAdapter, ConvMixerAdapter]
 
 
 def supported_families() -> str:
@@ -49,7 +50,7 @@ def get_adapter(model: nn.Module) -> ModelAdapter:
             "a ConvMixer has no attention: initialise its depthwise filters with 'random', 'impulse' or 'box', "
             "and look at it with `structinit rank`"
         )
-    for other in (SwinAdapter, MixerAdapter):
+    for other in (SwinAdapter, MixerAdapter, RopeEvaAdapter):
         if other.matches(model):
             raise TypeError(
                 f"{other.family}: `initialize` and `structinit init` support it (the report measures its attention "

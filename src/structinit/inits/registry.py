@@ -11,6 +11,7 @@ from torch import nn
 
 from ..adapters import ModelAdapter, get_adapter
 from ..adapters.mixer import MixerAdapter
+from ..adapters.rope import RopeEvaAdapter
 from ..adapters.swin import SwinAdapter
 from ..report import LayerReport
 from .baselines import init_kaiming, init_mimetic, init_timm
@@ -28,6 +29,7 @@ from .options import (
     SelectOptions,
     SwinImpulseOptions,
 )
+from .rope import RopeImpulseOptions, check_rope_impulse, check_rope_mimetic, init_rope_impulse
 from .selection import check_select, init_select
 from .swin import init_swin_impulse
 
@@ -89,6 +91,16 @@ FAMILIES = [
         },
         "unit impulses",
         "token mixer",
+    ),
+    Family(
+        RopeEvaAdapter,
+        {
+            "timm": TIMM,
+            "kaiming": KAIMING,
+            "mimetic": InitMethod(init_mimetic, MimeticOptions, check=check_rope_mimetic),
+            "impulse": InitMethod(init_rope_impulse, RopeImpulseOptions, check=check_rope_impulse),
+        },
+        "pseudo input, rotated",
     ),
 ]
 
