@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from .base import AttentionLayer, ModelAdapter
+from .cait import CaitAdapter
 from .convmixer import ConvMixerAdapter
 from .hf_vit import HFViTAdapter
 from .mixer import MixerAdapter
@@ -18,7 +19,7 @@ ADAPTERS: list[type[ModelAdapter]] = [TimmViTAdapter, TimmEvaAdapter, Torchvisio
 
 
 # families with their own inits (inits/registry.py), not the global-attention interface
-OTHER_FAMILIES = [SwinAdapter, MixerAdapter, RopeEvaAdapter, ConvMixerAdapter]
+OTHER_FAMILIES = [SwinAdapter, MixerAdapter, RopeEvaAdapter, CaitAdapter, ConvMixerAdapter]
 
 
 def supported_families() -> str:
@@ -50,7 +51,7 @@ def get_adapter(model: nn.Module) -> ModelAdapter:
             "a ConvMixer has no attention: initialise its depthwise filters with 'random', 'impulse' or 'box', "
             "and look at it with `structinit rank`"
         )
-    for other in (SwinAdapter, MixerAdapter, RopeEvaAdapter):
+    for other in (SwinAdapter, MixerAdapter, RopeEvaAdapter, CaitAdapter):
         if other.matches(model):
             raise TypeError(
                 f"{other.family}: `initialize` and `structinit init` support it (the report measures its attention "

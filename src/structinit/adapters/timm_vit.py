@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from timm.layers import Attention
@@ -185,14 +186,15 @@ def _holds(attn: nn.Module | None, attention: type | tuple[type, ...]) -> str:
     return f"{'a gated ' if isinstance(attn, attention) else ''}{type(attn).__name__} as its `attn`"
 
 
-def reset_with_timm(model: nn.Module, generator: torch.Generator) -> None:
-    """Run the model's own timm `init_weights()`, which draws from the global RNG, on a forked RNG
-    seeded from `generator`: the same seed gives the same weights, and the caller's RNG is untouched."""
+def reset_with_timm(model: nn.Module, generator: torch.Generator, init: Callable[[], None] | None = None) -> None:
+    """Run the model's own timm init (`init_weights()`, or `init` for a model without one), which draws
+    from the global RNG, on a forked RNG seeded from `generator`: the same seed gives the same weights,
+    and the caller's RNG is untouched."""
     seed = int(torch.randint(2**62, (1,), generator=generator))
     devices = [p.device for p in model.parameters() if p.device.type == "cuda"][:1]
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
-        model.init_weights()
+        (init or model.init_weights)()
 
 
 def timm_scheme_(
