@@ -39,10 +39,9 @@ class CaitAttentionLayer(PackedQKVLayer):
         heads = self.talking_heads()
         if heads is None:
             return super().attention(x)
-        mix = self.logits(x).permute(0, 2, 3, 1)  # (B, T, T, heads): the Linear acts across heads
-        return heads[1](torch.softmax(heads[0](mix).permute(0, 3, 1, 2), dim=-1).permute(0, 2, 3, 1)).permute(
-            0, 3, 1, 2
-        )
+        proj_l, proj_w = heads  # Linear layers across the heads: (B, T, T, heads)
+        logits = proj_l(self.logits(x).permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        return proj_w(torch.softmax(logits, dim=-1).permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
 
 
 class CaitAdapter(ModelAdapter):
