@@ -13,6 +13,7 @@ import torch
 
 import structinit
 from structinit.adapters import get_adapter
+from structinit.cli.commands import main
 from structinit.inits.registry import family_of
 from structinit.offsets import target_indices
 
@@ -181,6 +182,7 @@ def test_rotary_impulse_trains_and_the_baselines_measure_the_rotated_maps(images
             "mimetic init sets W_q W_k^T per head, and this model's heads share keys (num_kv_heads)",
         ),
     ],
+    ids=["qk-norm", "post-norm", "mimetic grouped-query"],
 )
 def test_rotary_refusals_name_the_reason_and_change_nothing(build, method, message):
     model = build()
@@ -191,7 +193,23 @@ def test_rotary_refusals_name_the_reason_and_change_nothing(build, method, messa
 
 
 def test_refusals_name_the_real_block_type():
-    with pytest.raises(TypeError, match=r"block 0 of this VisionTransformer \(DiffParallelScalingBlock\) has no `attn`"):
+    with pytest.raises(
+        TypeError, match=r"block 0 of this VisionTransformer \(DiffParallelScalingBlock\) has no `attn`"
+    ):
         structinit.initialize(timm_model("vit_dpwee_patch16_reg1_gap_256"), "impulse", seed=0)
     with pytest.raises(TypeError, match=r"timm Eva with rotary position embeddings .*: `initialize` and `structinit"):
         get_adapter(FAMILIES["rope axial"]())
+
+
+def test_the_families_table_is_the_one_the_code_generates(capsys):
+    """docs/families.md's table and `structinit init --list-models --markdown` are generated from the
+    registry: every family, its inits, the impulse init's fidelity on a small example."""
+    assert main(["init", "--list-models", "--markdown"]) == 0
+    table = capsys.readouterr().out
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "families.md").read_text()
+    section = docs.split("<!-- families:begin -->")[1].split("<!-- families:end -->")[0]
+    assert section.split("-->", 1)[1].strip() == table.strip()
+    rows = [line for line in table.splitlines() if line.startswith("| timm Eva with rotary")]
+    assert len(rows) == 5 and all("| timm, kaiming, mimetic, impulse | 0.980 / 0.980 |" in row for row in rows)
+    for example in ("DeiTForImageClassification", "Dinov2Model", "cait_xxs24_224", "vit_small_patch16_18x2_224"):
+        assert f"| {example}" in table
