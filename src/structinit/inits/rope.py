@@ -25,7 +25,7 @@ from ..report import LayerReport
 from .impulse import content_basis
 from .options import MethodOptions, assignment, base, target_fidelity, vproj_alpha, vproj_beta
 from .solvers import balanced_factors, gain_for_fidelity
-from .weights import write_value_factors, z_sampler
+from .weights import write_value_proj, z_sampler
 
 
 @dataclass(frozen=True)
@@ -162,10 +162,10 @@ def _write_value_proj(layer: RopeAttentionLayer, alpha: float, beta: float, samp
     head's W_proj columns are its k/v head's factor over the group size), and W_v blind to the constant."""
     wv, wproj = layer.value_weights()
     dim, group = wv.shape[1], layer.num_heads // layer.kv_heads
-    left, right = balanced_factors(alpha * sample(1, dim)[0] - beta * torch.eye(dim), rank=wv.shape[0])
     if group == 1:
-        write_value_factors(layer, left, right)
+        write_value_proj(layer, alpha, beta, sample)
     else:
+        left, right = balanced_factors(alpha * sample(1, dim)[0] - beta * torch.eye(dim), rank=wv.shape[0])
         wv.copy_(left.T.to(wv))
         heads = right.view(dim, layer.kv_heads, 1, layer.head_dim).expand(-1, -1, group, -1)
         wproj.copy_((heads.reshape(dim, -1) / group).to(wproj))
