@@ -207,6 +207,7 @@ def test_refusals_name_the_real_block_type():
 def test_the_families_table_is_the_one_the_code_generates(capsys):
     """docs/families.md's table and `structinit init --list-models --markdown` are generated from the
     registry: every family, its inits, the impulse init's fidelity on a small example."""
+    pytest.importorskip("transformers")  # its three families' rows say "not built" without it
     assert main(["init", "--list-models", "--markdown"]) == 0
     table = capsys.readouterr().out
     docs = (Path(__file__).resolve().parents[1] / "docs" / "families.md").read_text()
