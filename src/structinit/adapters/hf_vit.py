@@ -12,8 +12,8 @@ from torch import nn
 from .base import AttentionLayer, ModelAdapter
 from .timm_vit import _eval, timm_scheme_, torch_defaults_
 
-# the backbone's attribute in the task models, by family (module transformers.models.<family>)
-_BACKBONES = {"vit": "vit", "deit": "deit", "dinov2": "dinov2"}
+# the families (modules transformers.models.<family>), each the name of its task models' backbone attribute
+_FAMILIES = ("vit", "deit", "dinov2")
 _TASKS = ("Model", "ForImageClassification", "ForImageClassificationWithTeacher", "ForMaskedImageModeling")
 
 
@@ -46,10 +46,10 @@ class HFViTAdapter(ModelAdapter):
     def __init__(self, model: nn.Module) -> None:
         super().__init__(model)
         name = type(model).__name__
-        self.vit = model if name.endswith("Model") else getattr(model, _BACKBONES[_family(model)])
-        layers = getattr(self.vit, "layers", None) or getattr(getattr(self.vit, "encoder", None), "layer", None)
-        self.blocks = layers
-        if layers is None or not all(hasattr(layer.attention, "q_proj") for layer in layers):
+        self.vit = model if name.endswith("Model") else getattr(model, _family(model))
+        # ViT's and DeiT's layers, Dinov2's encoder.layer
+        self.blocks = getattr(self.vit, "layers", None) or getattr(getattr(self.vit, "encoder", None), "layer", None)
+        if self.blocks is None or not all(hasattr(layer.attention, "q_proj") for layer in self.blocks):
             raise TypeError(
                 "this transformers ViT has the layout of transformers < 5 (encoder.layer[i].attention.attention."
                 "query); structinit supports the transformers >= 5 layout (layers[i].attention.q_proj)"
@@ -58,7 +58,7 @@ class HFViTAdapter(ModelAdapter):
     @classmethod
     def matches(cls, model: nn.Module) -> bool:
         family, name = _family(model), type(model).__name__
-        return family in _BACKBONES and any(name.lower() == f"{family}{task}".lower() for task in _TASKS)
+        return family in _FAMILIES and any(name.lower() == f"{family}{task}".lower() for task in _TASKS)
 
     @property
     def grid(self) -> tuple[int, int]:
