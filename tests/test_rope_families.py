@@ -42,6 +42,8 @@ FAMILIES = {
     "rope, EvaAttention, register": lambda: timm_model("vit_base_patch16_rope_reg1_gap_256"),
     "eva02 rope": lambda: timm_model("eva02_tiny_patch14_224", ref_feat_shape=(8, 8)),
     "rope grouped-query": lambda: timm_model("vit_small_patch16_rope_224", num_kv_heads=2, qkv_fused=False),
+    "rope dinov3": lambda: timm_model("vit_small_patch16_dinov3"),
+    "rope perception encoder": lambda: timm_model("vit_pe_core_tiny_patch16_384"),
     "parallel scaling (pwee)": lambda: timm_model("vit_pwee_patch16_reg1_gap_256"),
     "parallel things (18x2)": lambda: timm_model("vit_small_patch16_18x2_224"),
     "cait": lambda: timm_model("cait_xxs24_224"),
@@ -214,6 +216,6 @@ def test_the_families_table_is_the_one_the_code_generates(capsys):
     section = docs.split("<!-- families:begin -->")[1].split("<!-- families:end -->")[0]
     assert section.split("-->", 1)[1].strip() == table.strip()
     rows = [line for line in table.splitlines() if line.startswith("| timm Eva with rotary")]
-    assert len(rows) == 5 and all("| timm, kaiming, mimetic, impulse | 0.980 / 0.980 |" in row for row in rows)
+    assert len(rows) == 7 and all("| timm, kaiming, mimetic, impulse | 0.980 / 0.980 |" in row for row in rows)
     for example in ("DeiTForImageClassification", "Dinov2Model", "cait_xxs24_224", "vit_small_patch16_18x2_224"):
         assert f"| {example}" in table

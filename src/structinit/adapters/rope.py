@@ -1,5 +1,6 @@
-"""timm's Eva with rotary position embeddings (RoPE): eva02_* and the vit_*_rope_* models (axial or
-mixed, learned frequencies, with or without an absolute embedding, grouped-query attention).
+"""timm's Eva with rotary position embeddings (RoPE): eva02_*, the vit_*_rope_* models (axial or mixed,
+learned frequencies, with or without an absolute embedding, grouped-query attention), DINOv3's and the
+Perception Encoder's ViTs.
 
 RoPE rotates each head's q and k of grid token p by angles linear in p's coordinates, so the logit of
 query p and key q depends on p - q through the rotation: position lives in the rotation, not in the

@@ -87,6 +87,8 @@ EXAMPLES: dict[type, dict[str, Callable[[], nn.Module]]] = {
         "vit_small_patch16_rope_224, num_kv_heads=2 (grouped-query)": _timm(
             "vit_small_patch16_rope_224", num_kv_heads=2, qkv_fused=False
         ),
+        "vit_small_patch16_dinov3 (DINOv3's RoPE)": _timm("vit_small_patch16_dinov3"),
+        "vit_pe_core_tiny_patch16_384 (Perception Encoder)": _timm("vit_pe_core_tiny_patch16_384"),
     },
     CaitAdapter: {"cait_xxs24_224": _timm("cait_xxs24_224")},
     ConvMixerAdapter: {"convmixer_d6_p4 (preset)": _preset("convmixer_d6_p4")},
