@@ -58,12 +58,17 @@ def test_list_options_shows_every_options_class_with_defaults_and_help(capsys):
     assert "solver: str (closed_form|refine|authors) = 'closed_form'" in text
 
 
-def test_list_models_names_every_family_with_its_inits_and_the_presets_initialise(capsys):
+def test_list_models_names_every_family_with_its_inits_and_the_presets_initialise(capsys, monkeypatch):
+    from structinit.inspection import catalogue
+
+    mixer = catalogue.EXAMPLES[catalogue.MixerAdapter]  # one family built: the others listed without fidelity
+    monkeypatch.setattr(catalogue, "EXAMPLES", {catalogue.MixerAdapter: mixer})
     assert main(["init", "--list-models"]) == 0
     text = capsys.readouterr().out
-    for family in ("VisionTransformer", "SwinTransformer v1", "MlpMixer", "ConvMixer"):
+    for family in ("VisionTransformer", "SwinTransformer v1", "MlpMixer", "ConvMixer", "rotary", "CaiT"):
         assert family in text
-    assert "timm, kaiming, impulse; e.g. mixer_d6_p4" in text
+    assert "timm, kaiming, impulse\n      e.g. mixer_d6_p4 (preset): 1.000 / 1.000\n" in text
+    assert "e.g. cait_xxs24_224: no small example (catalogue.EXAMPLES)" in text
     for preset in ("swin_d6_p2_w4", "mixer_d6_p4"):
         assert main(["init", preset, "--model-kwargs", "img_size=32,num_classes=10"]) == 0
         assert "fidelity on" in capsys.readouterr().out

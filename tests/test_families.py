@@ -250,9 +250,9 @@ def test_torchvision_attention_maps_are_those_of_its_multihead_attention(images)
     assert torch.allclose(layer.attention(x), expected, atol=1e-5)
 
 
-def test_eva_with_rotary_position_embedding_is_refused():
-    with pytest.raises(TypeError, match="rotary position embeddings"):
-        structinit.initialize(small_eva(use_rot_pos_emb=True), "impulse", seed=0)
+def test_eva_with_rotary_position_embedding_is_initialised_through_its_rotation():
+    report = structinit.initialize(small_eva(use_rot_pos_emb=True, ref_feat_shape=(8, 8)), "impulse", seed=0)
+    assert report.measured_on == "pseudo input, rotated" and report.min_fidelity > 0.97  # tests/test_rope_families.py
 
 
 def test_hugging_face_vit_when_installed(images):

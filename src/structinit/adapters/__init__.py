@@ -5,9 +5,11 @@ from __future__ import annotations
 from torch import nn
 
 from .base import AttentionLayer, ModelAdapter
+from .cait import CaitAdapter
 from .convmixer import ConvMixerAdapter
 from .hf_vit import HFViTAdapter
 from .mixer import MixerAdapter
+from .rope import RopeEvaAdapter
 from .swin import SwinAdapter
 from .timm_eva import TimmEvaAdapter
 from .timm_vit import TimmViTAdapter
@@ -17,7 +19,7 @@ ADAPTERS: list[type[ModelAdapter]] = [TimmViTAdapter, TimmEvaAdapter, Torchvisio
 
 
 # families with their own inits (inits/registry.py), not the global-attention interface
-OTHER_FAMILIES = [SwinAdapter, MixerAdapter, ConvMixerAdapter]
+OTHER_FAMILIES = [SwinAdapter, MixerAdapter, RopeEvaAdapter, CaitAdapter, ConvMixerAdapter]
 
 
 def supported_families() -> str:
@@ -49,7 +51,7 @@ def get_adapter(model: nn.Module) -> ModelAdapter:
             "a ConvMixer has no attention: initialise its depthwise filters with 'random', 'impulse' or 'box', "
             "and look at it with `structinit rank`"
         )
-    for other in (SwinAdapter, MixerAdapter):
+    for other in (SwinAdapter, MixerAdapter, RopeEvaAdapter, CaitAdapter):
         if other.matches(model):
             raise TypeError(
                 f"{other.family}: `initialize` and `structinit init` support it (the report measures its attention "

@@ -2,9 +2,7 @@
 embedding only). The same token sequence as VisionTransformer; the attention has its own layout
 (fused qkv with separate q/v biases, or separate q/k/v projections) and blocks may be post-norm.
 
-Rotary position embeddings (RoPE, on in timm's eva02_* configs) rotate q and k by position
-inside the attention, so Q/K solved on the absolute position embedding would not give the target
-maps: those models are refused with a clear error rather than initialised wrongly.
+Eva models with rotary position embeddings (RoPE) are adapters/rope.py's.
 """
 
 from __future__ import annotations
@@ -63,17 +61,11 @@ class TimmEvaAdapter(TimmViTAdapter):
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
-        if model.rope is not None:
-            raise TypeError(
-                "this Eva model uses rotary position embeddings (RoPE), which rotate q and k by position inside "
-                "the attention; structinit's impulse init solves Q/K on the absolute position embedding and "
-                "supports Eva models without RoPE (create it with use_rot_pos_emb=False, use_abs_pos_emb=True)"
-            )
         check_blocks(model.blocks, EvaAttention, "Eva", "Eva's `EvaAttention`")
 
     @classmethod
     def matches(cls, model: nn.Module) -> bool:
-        return isinstance(model, Eva)
+        return isinstance(model, Eva) and model.rope is None
 
     def layers(self) -> list[AttentionLayer]:
         return [EvaAttentionLayer(block) for block in self.model.blocks]
@@ -88,6 +80,6 @@ class TimmEvaAdapter(TimmViTAdapter):
     def reset_kaiming(self, generator: torch.Generator) -> None:
         super().reset_kaiming(generator)
         for block in self.model.blocks:
-            for bias in (block.attn.q_bias, block.attn.v_bias):  # separate biases: no PyTorch default; zero
-                if bias is not None:
+            for name in ("q_bias", "v_bias"):  # separate biases: no PyTorch default; zero
+                if (bias := getattr(block.attn, name, None)) is not None:
                     nn.init.zeros_(bias)

@@ -3,23 +3,29 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from timm.layers import Attention
-from timm.models.vision_transformer import ResPostBlock, VisionTransformer
+from timm.models.vision_transformer import (
+    ParallelScalingBlock,
+    ParallelThingsBlock,
+    ResPostBlock,
+    VisionTransformer,
+)
 from torch import nn
 
 from .base import AttentionLayer, ModelAdapter, PackedQKVLayer, timm_embeddings_
 
 
 class TimmAttentionLayer(PackedQKVLayer):
-    """timm's `Attention`: fused qkv Linear, optional q/k norms, output projection; in a pre-norm block
-    (`Block`) or a post-norm one (`ResPostBlock`, whose norm1 normalises the attention's output)."""
+    """timm's `Attention`: fused qkv Linear, optional q/k norms, output projection; after the norm of a
+    pre-norm block (`Block`, a branch of `ParallelThingsBlock`) or read as it is in a post-norm one
+    (`ResPostBlock`, whose norm1 normalises the attention's output)."""
 
-    def __init__(self, block: nn.Module) -> None:
-        attn = block.attn
-        self.post_norm = isinstance(block, ResPostBlock)
-        self.attn, self.norm = attn, nn.Identity() if self.post_norm else block.norm1
+    def __init__(self, attn: nn.Module, norm: nn.Module, post_norm: bool = False) -> None:
+        self.post_norm = post_norm
+        self.attn, self.norm = attn, nn.Identity() if post_norm else norm
         self.num_heads, self.head_dim, self.scale = attn.num_heads, attn.head_dim, attn.scale
 
     def packed(self) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -29,9 +35,55 @@ class TimmAttentionLayer(PackedQKVLayer):
         return self.attn.proj.weight
 
     def qk_norms(self) -> tuple[nn.Module, nn.Module] | None:
-        if isinstance(self.attn.q_norm, nn.Identity) and isinstance(self.attn.k_norm, nn.Identity):
-            return None
-        return self.attn.q_norm, self.attn.k_norm
+        return _qk_norms(self.attn)
+
+
+class ParallelScalingLayer(PackedQKVLayer):
+    """The attention of timm's `ParallelScalingBlock` (vit_pwee_*): its q, k and v are rows of the one
+    in_proj that also makes the MLP's hidden units, its output projection attn_out_proj (or the first
+    columns of a fused out_proj)."""
+
+    def __init__(self, block: nn.Module) -> None:
+        self.block, self.norm = block, block.in_norm
+        self.num_heads, self.head_dim, self.scale = block.num_heads, block.head_dim, block.scale
+        self.hidden = block.in_split[0]
+
+    def packed(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        bias = self.block.in_proj.bias
+        return self.block.in_proj.weight[self.hidden :], None if bias is None else bias[self.hidden :]
+
+    def out_weight(self) -> torch.Tensor:
+        block = self.block
+        return block.attn_out_proj.weight if block.out_proj is None else block.out_proj.weight[:, : block.in_split[1]]
+
+    def qk_norms(self) -> tuple[nn.Module, nn.Module] | None:
+        return _qk_norms(self.block)
+
+
+def _qk_norms(attn: nn.Module) -> tuple[nn.Module, nn.Module] | None:
+    if isinstance(attn.q_norm, nn.Identity) and isinstance(attn.k_norm, nn.Identity):
+        return None
+    return attn.q_norm, attn.k_norm
+
+
+def block_layers(index: int, block: nn.Module) -> list[AttentionLayer]:
+    """The attention layers of one block of a VisionTransformer, in the order they read the stream; a
+    TypeError naming the block's class where its attention is not a plain softmax that structinit reads."""
+    if isinstance(block, ParallelScalingBlock):
+        return [ParallelScalingLayer(block)]
+    if isinstance(block, ParallelThingsBlock):
+        branches = [(branch.attn, branch.norm) for branch in block.attns]
+    else:
+        branches = [(getattr(block, "attn", None), getattr(block, "norm1", None))]
+    for attn, _ in branches:
+        if not isinstance(attn, Attention) or getattr(attn, "gate", None) is not None:
+            holds = _holds(attn, Attention)
+            raise TypeError(
+                f"block {index} of this VisionTransformer ({type(block).__name__}) has {holds}; structinit supports "
+                "blocks whose `attn` is timm's standard `Attention` (fused qkv, optional qk-norm), and the parallel "
+                "blocks ParallelThingsBlock and ParallelScalingBlock"
+            )
+    return [TimmAttentionLayer(attn, norm, isinstance(block, ResPostBlock)) for attn, norm in branches]
 
 
 class TimmViTAdapter(ModelAdapter):
@@ -40,9 +92,7 @@ class TimmViTAdapter(ModelAdapter):
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__(model)
-        check_blocks(
-            model.blocks, Attention, "VisionTransformer", "timm's standard `Attention` (fused qkv, optional qk-norm)"
-        )
+        self._layers = [(layer, block) for i, block in enumerate(model.blocks) for layer in block_layers(i, block)]
 
     @classmethod
     def matches(cls, model: nn.Module) -> bool:
@@ -57,7 +107,7 @@ class TimmViTAdapter(ModelAdapter):
         return self.model.num_prefix_tokens
 
     def layers(self) -> list[AttentionLayer]:
-        return [TimmAttentionLayer(block) for block in self.model.blocks]
+        return [layer for layer, _ in self._layers]
 
     def position_embedding(self) -> torch.Tensor | None:
         return self.model.pos_embed
@@ -93,8 +143,13 @@ class TimmViTAdapter(ModelAdapter):
             return self.model.patch_embed(images)
 
     def run_block(self, index: int, x: torch.Tensor) -> torch.Tensor:
+        """What layer index + 1 reads: the output of layer index's block, or, where both are branches of
+        one ParallelThingsBlock, the same input."""
+        block = self._layers[index][1]
+        if index + 1 < len(self._layers) and self._layers[index + 1][1] is block:
+            return x
         with _eval(self.model):
-            return self.model.blocks[index](x)
+            return block(x)
 
     def reset_timm(self, generator: torch.Generator) -> None:
         pos = self.model.pos_embed
@@ -112,31 +167,34 @@ class TimmViTAdapter(ModelAdapter):
         return [t for t in (model.cls_token, model.reg_token, getattr(model, "dist_token", None)) if t is not None]
 
 
-def check_blocks(blocks: nn.Module, attention: type, model: str, supported: str) -> None:
+def check_blocks(blocks: nn.Module, attention: type | tuple[type, ...], model: str, supported: str) -> None:
     """Refuse, naming the block's class and what it holds, a block whose `attn` is not an ungated
     `attention` (timm's newer gated attention, or a block without one: parallel attention and MLP)."""
     for i, block in enumerate(blocks):
         attn = getattr(block, "attn", None)
         if isinstance(attn, attention) and getattr(attn, "gate", None) is None:
             continue
-        if attn is None:
-            holds = "no `attn` module"
-        else:
-            holds = f"{'a gated ' if isinstance(attn, attention) else ''}{type(attn).__name__} as its `attn`"
         raise TypeError(
-            f"block {i} of this {model} ({type(block).__name__}) has {holds}; structinit supports blocks whose "
-            f"`attn` is {supported}"
+            f"block {i} of this {model} ({type(block).__name__}) has {_holds(attn, attention)}; structinit supports "
+            f"blocks whose `attn` is {supported}"
         )
 
 
-def reset_with_timm(model: nn.Module, generator: torch.Generator) -> None:
-    """Run the model's own timm `init_weights()`, which draws from the global RNG, on a forked RNG
-    seeded from `generator`: the same seed gives the same weights, and the caller's RNG is untouched."""
+def _holds(attn: nn.Module | None, attention: type | tuple[type, ...]) -> str:
+    if attn is None:
+        return "no `attn` module"
+    return f"{'a gated ' if isinstance(attn, attention) else ''}{type(attn).__name__} as its `attn`"
+
+
+def reset_with_timm(model: nn.Module, generator: torch.Generator, init: Callable[[], None] | None = None) -> None:
+    """Run the model's own timm init (`init_weights()`, or `init` for a model without one), which draws
+    from the global RNG, on a forked RNG seeded from `generator`: the same seed gives the same weights,
+    and the caller's RNG is untouched."""
     seed = int(torch.randint(2**62, (1,), generator=generator))
     devices = [p.device for p in model.parameters() if p.device.type == "cuda"][:1]
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
-        model.init_weights()
+        (init or model.init_weights)()
 
 
 def timm_scheme_(

@@ -13,7 +13,6 @@ from typing import Any
 from ..files import refuse_link
 from ..inits.api import check_seed
 from ..inits.labels import DEFAULT, InitSpec, parse_assignments, split_top_level
-from ..inits.registry import METHODS
 from ..models import PRESETS
 from ..studies.launch import Cluster
 from ..training.settings import TrainConfig, flag, int_list
@@ -51,7 +50,7 @@ def run_init(args: argparse.Namespace) -> int:
     from ..models import build_model
 
     if args.list_models:
-        print(supported_models())
+        print(supported_models(args.markdown))
         return 0
     if args.list_options:
         print(options_help())
@@ -284,19 +283,19 @@ def fail(command: str, message: str) -> int:
     return 2
 
 
-def supported_models() -> str:
-    """The families structinit initialises, their init methods and an example each, and the presets."""
-    from ..adapters import ADAPTERS
-    from ..adapters.convmixer import ConvMixerAdapter
-    from ..inits.convmixer import FILTER_METHODS
-    from ..inits.registry import FAMILIES
+def supported_models(markdown: bool = False) -> str:
+    """The families structinit initialises, read from its registry: their init methods and the impulse
+    init's fidelity on a small example each (inspection/catalogue.py), then the presets; or, with
+    `markdown`, the table of docs/families.md."""
+    from ..inspection import catalogue
 
-    rows = [(adapter, list(METHODS)) for adapter in ADAPTERS]
-    rows += [(family.adapter, list(family.methods)) for family in FAMILIES]
-    rows.append((ConvMixerAdapter, list(FILTER_METHODS)))
-    lines = ["families (init methods; e.g.):"]
-    lines += [f"  {adapter.family}\n      {', '.join(methods)}; e.g. {adapter.example}" for adapter, methods in rows]
-    lines.append("presets for small images (give the size: structinit init NAME --model-kwargs img_size=32):")
+    rows = catalogue.rows()
+    if markdown:
+        return catalogue.markdown(rows)
+    lines = [
+        catalogue.text(rows),
+        "presets for small images (give the size: structinit init NAME --model-kwargs img_size=32):",
+    ]
     lines += [f"  {name}" for name in PRESETS]
     return "\n".join(lines)
 

@@ -74,7 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
 def add_init_command(commands: argparse._SubParsersAction) -> None:
     init = commands.add_parser("init", help="build a timm model, initialise it and print the report")
     init.add_argument("model", nargs="?", help="a preset or timm model name, e.g. vit_tiny_patch16_224")
-    init.add_argument("--list-models", action="store_true", help="print the supported families, their inits, presets")
+    init.add_argument(
+        "--list-models",
+        action="store_true",
+        help="print the supported families, their inits and the impulse init's fidelity on a small example each",
+    )
+    init.add_argument("--markdown", action="store_true", help="with --list-models: as docs/families.md's table")
     init.add_argument(
         "--list-options", action="store_true", help="print every init method's options: type, default, meaning"
     )

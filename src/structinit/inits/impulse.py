@@ -32,7 +32,7 @@ def init_impulse(
     _scale_position(adapter, o.pos_scale, o.scale)
     tokens = _pseudo_tokens(adapter, o.pseudo_input, o.noise_std, generator)
     post_norm = adapter.post_norm  # a post-norm attention reads the previous block's output as it is
-    content = _content_basis(adapter, centred=not post_norm) if o.blind_to_content else None
+    content = content_basis(adapter, centred=not post_norm) if o.blind_to_content else None
     sample = z_sampler("uniform", generator)
     solved: list[_Solved] = []
     pseudo: PseudoInput | None = None
@@ -263,7 +263,7 @@ def _shrink_content(adapter: ModelAdapter, factor: torch.Tensor) -> None:
             param.div_(factor)
 
 
-def _content_basis(adapter: ModelAdapter, centred: bool) -> torch.Tensor | None:
+def content_basis(adapter: ModelAdapter, centred: bool) -> torch.Tensor | None:
     """Orthonormal basis (D, m) of the directions a patch embedding can take, layer-normalised
     (`centred`) or as it is (a post-norm attention's input), when they leave room for position
     (m < D / 2): Q and K solved outside them see position only."""

@@ -10,10 +10,13 @@ from typing import Any
 from torch import nn
 
 from ..adapters import ModelAdapter, get_adapter
+from ..adapters.cait import CaitAdapter
 from ..adapters.mixer import MixerAdapter
+from ..adapters.rope import RopeEvaAdapter
 from ..adapters.swin import SwinAdapter
 from ..report import LayerReport
 from .baselines import init_kaiming, init_mimetic, init_timm
+from .cait import init_cait_impulse
 from .convmixer import FILTER_METHODS
 from .impulse import check_impulse, check_qk_norm, init_impulse, init_qk_norm
 from .mixer import check_mixer_impulse, init_mixer_impulse
@@ -28,6 +31,7 @@ from .options import (
     SelectOptions,
     SwinImpulseOptions,
 )
+from .rope import RopeImpulseOptions, check_rope_impulse, check_rope_mimetic, init_rope_impulse
 from .selection import check_select, init_select
 from .swin import init_swin_impulse
 
@@ -89,6 +93,26 @@ FAMILIES = [
         },
         "unit impulses",
         "token mixer",
+    ),
+    Family(
+        RopeEvaAdapter,
+        {
+            "timm": TIMM,
+            "kaiming": KAIMING,
+            "mimetic": InitMethod(init_mimetic, MimeticOptions, check=check_rope_mimetic),
+            "impulse": InitMethod(init_rope_impulse, RopeImpulseOptions, check=check_rope_impulse),
+        },
+        "pseudo input, rotated",
+    ),
+    Family(
+        CaitAdapter,
+        {
+            "timm": TIMM,
+            "kaiming": KAIMING,
+            "mimetic": MIMETIC,
+            "impulse": InitMethod(init_cait_impulse, ImpulseOptions, check=check_impulse),
+        },
+        "pseudo input",
     ),
 ]
 
