@@ -9,7 +9,7 @@ from typing import Any
 
 from torch import nn
 
-from ..adapters import ModelAdapter, get_adapter
+from ..adapters import RELPOS_ADAPTERS, ModelAdapter, get_adapter
 from ..adapters.mixer import MixerAdapter
 from ..adapters.swin import SwinAdapter
 from ..report import LayerReport
@@ -28,6 +28,7 @@ from .options import (
     SelectOptions,
     SwinImpulseOptions,
 )
+from .relpos import check_relpos_impulse, init_relpos_impulse
 from .selection import check_select, init_select
 from .swin import init_swin_impulse
 
@@ -55,6 +56,14 @@ METHODS: dict[str, InitMethod] = {
     "impulse": InitMethod(init_impulse, ImpulseOptions, check=check_impulse),
     "qk-norm": InitMethod(init_qk_norm, QKNormOptions, check=check_qk_norm),
     "select": InitMethod(init_select, SelectOptions, draws_embeddings=True, records_source=True, check=check_select),
+}
+
+
+RELPOS_METHODS = {
+    "timm": TIMM,
+    "kaiming": KAIMING,
+    "mimetic": MIMETIC,
+    "impulse": InitMethod(init_relpos_impulse, SwinImpulseOptions, check=check_relpos_impulse),
 }
 
 
@@ -90,6 +99,7 @@ FAMILIES = [
         "unit impulses",
         "token mixer",
     ),
+    *(Family(adapter, RELPOS_METHODS, "uniform image") for adapter in RELPOS_ADAPTERS),
 ]
 
 
