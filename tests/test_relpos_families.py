@@ -9,6 +9,7 @@ import json
 import math
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,8 @@ from test_families import small_eva, small_mixer, small_swin, small_torchvision_
 HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
 VIT = dict(img_size=32, patch_size=4, embed_dim=96, depth=2, num_heads=3, num_classes=10)
 SWIN = dict(img_size=32, patch_size=2, window_size=4, embed_dim=48, depths=(2, 2), num_heads=(3, 6), num_classes=10)
+DROPOUT_WARNING = "impulse init: this model's position MLP drops 12.5% of its hidden units in training"
+pytestmark = pytest.mark.filterwarnings("ignore:.*position MLP drops")  # the warning has a test of its own
 TV_SWIN = dict(patch_size=[2, 2], embed_dim=48, depths=[2, 2], num_heads=[3, 6], window_size=[4, 4], num_classes=10)
 
 
@@ -134,6 +137,17 @@ def test_the_bias_mlp_is_two_valued_per_head_exactly_up_to_float32(name):
             low, high = head.min(), head.max()
             assert high - low > 1.0
             assert torch.all(((head - low).abs() < 1e-4) | ((head - high).abs() < 1e-4))
+
+
+@pytest.mark.parametrize("name", ["vit_relpos (bias MLP, log coordinates)", "swinv2_cr", "swinv2"])
+def test_a_position_mlp_that_drops_units_in_training_is_named_in_a_warning(name):
+    model = build(name)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        structinit.initialize(model, "impulse", seed=0)
+    said = [str(w.message) for w in caught if str(w.message).startswith(DROPOUT_WARNING)]
+    assert len(said) == (0 if name == "swinv2" else 1)
+    assert not said or "set that dropout to 0 or use a bias table (vit_relpos: rel_pos_type='bias')" in said[0]
 
 
 def digests(names: list[str]) -> dict[str, str]:

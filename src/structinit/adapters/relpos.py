@@ -33,7 +33,9 @@ class RelPosViTLayer(PackedQKVLayer, RelPosLayer):
         else:
             rows = rel.relative_position_index.reshape(rel.window_area, rel.window_area)
             gain = rel.bias_gain if rel.mode == "swin" else None
-            self.source = BiasMlp(rel.mlp.fc1, rel.mlp.fc2, rel.rel_coords_log.reshape(-1, 2), rows, gain)
+            self.source = BiasMlp(
+                rel.mlp.fc1, rel.mlp.fc2, rel.rel_coords_log.reshape(-1, 2), rows, gain, rel.mlp.drop1.p
+            )
 
     def packed(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         return self.attn.qkv.weight, self.attn.qkv.bias

@@ -37,13 +37,15 @@ class BiasTable:
 @dataclass(frozen=True)
 class BiasMlp:
     """fc2(ReLU(fc1(coords))) over relative coordinates (R, 2): the bias of window query i and key j is
-    gain * sigmoid(out[rows[i, j]]) (Swin v2's 16 sigmoid), or out[rows[i, j]] where gain is None."""
+    gain * sigmoid(out[rows[i, j]]) (Swin v2's 16 sigmoid), or out[rows[i, j]] where gain is None; `dropout`
+    is the probability of the dropout between the two layers in training (timm's vit_relpos and swinv2_cr)."""
 
     fc1: nn.Linear
     fc2: nn.Linear
     coords: torch.Tensor
     rows: torch.Tensor  # (T, T) long
     gain: float | None
+    dropout: float = 0.0
 
     @property
     def key(self) -> int:

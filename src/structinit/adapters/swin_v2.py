@@ -81,7 +81,8 @@ class TimmSwinV2CrLayer(WindowLayer):
         attn = block.attn
         area = attn.window_size[0] * attn.window_size[1]
         rows = torch.arange(area * area, device=attn.relative_coordinates_log.device).reshape(area, area)
-        mlp = BiasMlp(attn.meta_mlp.fc1, attn.meta_mlp.fc2, attn.relative_coordinates_log, rows, None)
+        meta = attn.meta_mlp
+        mlp = BiasMlp(meta.fc1, meta.fc2, attn.relative_coordinates_log, rows, None, meta.drop1.p)
         super().__init__(attn, nn.Identity(), attn.window_size, mlp)  # post-norm blocks
 
     def relative_bias(self) -> torch.Tensor:

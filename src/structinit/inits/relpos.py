@@ -18,6 +18,7 @@ form. docs/methods.md has the reasons and the fidelity measured.
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 
@@ -68,7 +69,21 @@ def init_relpos_impulse(
             _write_bias(layer, offsets_of[layer.source.key], o.target_fidelity)
         write_value_proj(layer, o.vproj_alpha, o.vproj_beta, sample)
         all_offsets.append(offsets_of[layer.source.key])
+    _warn_if_dropout(adapter)
     return adapter.measured_layers(kernel_size, all_offsets)
+
+
+def _warn_if_dropout(adapter: RelPosAdapter) -> None:
+    """Warn where a bias MLP drops hidden units in training: a dropped hat unit breaks the cancellation
+    that makes its hat 0 away from its offset, so the maps are the impulse in eval mode only."""
+    dropout = max((s.dropout for s in adapter.sources() if isinstance(s, BiasMlp)), default=0.0)
+    if dropout > 0:
+        warnings.warn(
+            f"impulse init: this model's position MLP drops {dropout:.1%} of its hidden units in training, which "
+            "blurs the impulse there (docs/methods.md measures it); set that dropout to 0 or use a bias table "
+            "(vit_relpos: rel_pos_type='bias')",
+            stacklevel=5,
+        )
 
 
 def _peak(fidelity: float, keys: int) -> float:
