@@ -13,40 +13,27 @@ from torch import nn
 
 from .base import PackedQKVLayer
 from .relpos_base import BiasMlp, BiasTable, RelPosAdapter, RelPosLayer, maps_on_uniform_image, table_rows
-from .timm_vit import timm_scheme_
+from .timm_vit import TimmAttentionLayer, timm_scheme_
 
 
-class RelPosViTLayer(PackedQKVLayer, RelPosLayer):
-    """timm's RelPosAttention: fused qkv, optional q/k norms, and its own or the model's shared bias."""
+class RelPosViTLayer(TimmAttentionLayer, RelPosLayer):
+    """timm's RelPosAttention: timm's Attention layout (fused qkv, optional q/k norms) with its own or the
+    model's shared bias, in a pre-norm block or a post-norm one (ResPostRelPosBlock)."""
 
     def __init__(self, block: nn.Module, shared: nn.Module | None, grid: tuple[int, int], prefix: int) -> None:
-        attn = block.attn
-        self.attn, self.rel_pos = attn, attn.rel_pos if attn.rel_pos is not None else shared
-        self.norm = nn.Identity() if isinstance(block, ResPostRelPosBlock) else block.norm1
-        self.num_heads, self.head_dim, self.scale = attn.num_heads, attn.head_dim, attn.scale
+        super().__init__(block)
+        if isinstance(block, ResPostRelPosBlock):
+            self.post_norm, self.norm = True, nn.Identity()
+        self.rel_pos = rel = block.attn.rel_pos if block.attn.rel_pos is not None else shared
         self.window, self.num_prefix = grid, prefix
-        rel = self.rel_pos
         if isinstance(rel, RelPosBias):
-            self.source = BiasTable(
-                rel.relative_position_bias_table, table_rows(rel.relative_position_index, rel.window_area, prefix)
-            )
+            rows = table_rows(rel.relative_position_index, rel.window_area, prefix)
+            self.source = BiasTable(rel.relative_position_bias_table, rows)
         else:
             rows = rel.relative_position_index.reshape(rel.window_area, rel.window_area)
             gain = rel.bias_gain if rel.mode == "swin" else None
-            self.source = BiasMlp(
-                rel.mlp.fc1, rel.mlp.fc2, rel.rel_coords_log.reshape(-1, 2), rows, gain, rel.mlp.drop1.p
-            )
-
-    def packed(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return self.attn.qkv.weight, self.attn.qkv.bias
-
-    def out_weight(self) -> torch.Tensor:
-        return self.attn.proj.weight
-
-    def qk_norms(self) -> tuple[nn.Module, nn.Module] | None:
-        if isinstance(self.attn.q_norm, nn.Identity) and isinstance(self.attn.k_norm, nn.Identity):
-            return None
-        return self.attn.q_norm, self.attn.k_norm
+            coords = rel.rel_coords_log.reshape(-1, 2)
+            self.source = BiasMlp(rel.mlp.fc1, rel.mlp.fc2, coords, rows, gain, rel.mlp.drop1.p)
 
     def relative_bias(self) -> torch.Tensor:
         return self.rel_pos.get_bias()[0]

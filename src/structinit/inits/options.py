@@ -305,9 +305,10 @@ class SelectOptions(MethodOptions):
 
 @dataclass(frozen=True)
 class SwinImpulseOptions(MethodOptions):
-    """Impulse init of Swin v1, through its relative-position bias (inits/swin.py)."""
+    """Impulse init of Swin v1 and the other relative-position families (BEiT, vit_relpos, Swin v2, ...),
+    through their relative-position bias (inits/relpos.py)."""
 
-    what: ClassVar[str] = "Swin's impulse init"
+    what: ClassVar[str] = "the relative-position impulse init"
     method: ClassVar[str | None] = "impulse"
     assignment: str = assignment()
     target_fidelity: float = target_fidelity()

@@ -30,7 +30,6 @@ from .options import (
 )
 from .relpos import check_relpos_impulse, init_relpos_impulse
 from .selection import check_select, init_select
-from .swin import init_swin_impulse
 
 
 @dataclass(frozen=True)
@@ -59,7 +58,7 @@ METHODS: dict[str, InitMethod] = {
 }
 
 
-RELPOS_METHODS = {
+RELPOS_METHODS = {  # Swin v1 and the other families whose position lives in a relative-position bias
     "timm": TIMM,
     "kaiming": KAIMING,
     "mimetic": MIMETIC,
@@ -79,16 +78,7 @@ class Family:
 
 VIT_FAMILY = Family(ModelAdapter, METHODS, "pseudo input")
 FAMILIES = [
-    Family(
-        SwinAdapter,
-        {
-            "timm": TIMM,
-            "kaiming": KAIMING,
-            "mimetic": MIMETIC,
-            "impulse": InitMethod(init_swin_impulse, SwinImpulseOptions),
-        },
-        "window pseudo input",
-    ),
+    Family(SwinAdapter, RELPOS_METHODS, "window pseudo input"),
     Family(
         MixerAdapter,
         {

@@ -1,5 +1,5 @@
-"""Impulse init of the relative-position families (adapters/relpos.py, adapters/swin_v2.py): the impulse
-goes into the bias where their position lives, as for Swin v1 (inits/swin.py).
+"""Impulse init of the relative-position families (Swin v1: adapters/swin.py; the others: adapters/relpos.py,
+adapters/swin_v2.py): their tokens carry no position, so the impulse goes into the bias where it lives.
 
 Head h with offset delta gets bias b on every pair (p, p + delta) and one lower value on every other
 pair. With content logits that do not depend on the key (a uniform image), query p then puts
@@ -11,8 +11,10 @@ relu(t - t_d - g)) / g with t = u.c, which is 1 at c_delta and exactly 0 at the 
 unit (weight 0, bias 1); fc2 reads hat * (z_hi - z_lo) + z_lo. Without a squash z_hi = b, z_lo = 0;
 through Swin v2's 16 sigmoid, z_hi = -z_lo = logit((16 + b) / 32). The map is then the impulse exactly,
 up to float32 rounding. Spare hidden units keep their fc1 rows and start silent (zero fc2 columns).
-Layers that share one bias (vit_srelpos, BEiT's shared bias) share its offsets. V/proj take the mimetic
-form. docs/methods.md has the reasons and the fidelity measured.
+Layers that share one bias (vit_srelpos, BEiT's shared bias) share its offsets. Q and K keep their
+weights (timm's trunc-normal 0.02 gives logits ~100x smaller than b: the bias decides at init, Q/K are
+free to learn content attention); V/proj take the mimetic form. A query whose p + delta leaves its
+window has no target (a convolution's zero padding). docs/methods.md has the reasons and the fidelity.
 """
 
 from __future__ import annotations
