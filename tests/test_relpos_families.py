@@ -150,6 +150,19 @@ def test_a_position_mlp_that_drops_units_in_training_is_named_in_a_warning(name)
     assert not said or "set that dropout to 0 or use a bias table (vit_relpos: rel_pos_type='bias')" in said[0]
 
 
+@pytest.mark.parametrize("name", ["swin", "swinv2"])
+def test_a_last_stage_of_one_token_takes_kernel_1_and_refuses_kernel_3_untouched(name):
+    """At 32 px with patch 4 the fourth stage is 1 x 1: its window holds one key (every map is the impulse at
+    (0, 0)), which once made the bias log(0) after the first stages were written."""
+    small = dict(img_size=32, patch_size=4, window_size=4, embed_dim=24, depths=(1, 1, 1, 1), num_heads=(3,) * 4)
+    model = timm.create_model(
+        {"swin": "swin_tiny_patch4_window7_224", "swinv2": "swinv2_tiny_window8_256"}[name], **small
+    )
+    refused_without_a_change(model, "impulse", {"kernel_size": 3}, r"does not fit the 1x1 token grid")
+    report = structinit.initialize(model, "impulse", kernel_size=1, seed=0)
+    assert [round(layer.heads[0].fidelity, 3) for layer in report.layers] == [0.98, 0.98, 0.98, 1.0]
+
+
 def digests(names: list[str]) -> dict[str, str]:
     """sha256 of each family's state dict after the impulse init with seed 0."""
     result = {}

@@ -48,7 +48,7 @@ def check_relpos_impulse(adapter: RelPosAdapter, options: SwinImpulseOptions) ->
                 f"plus one ({3 * layer.num_heads + 1}), with a bias"
             )
         keys = layer.window[0] * layer.window[1] + layer.num_prefix
-        if source.gain is not None and _peak(options.target_fidelity, keys) >= source.gain:
+        if source.gain is not None and keys > 1 and _peak(options.target_fidelity, keys) >= source.gain:
             reach = math.exp(source.gain) / (math.exp(source.gain) + keys - 1)
             raise ValueError(
                 f"target_fidelity must be below {reach:.6f} for layer {i}: its bias is {source.gain:g} sigmoid(MLP), "
@@ -94,9 +94,11 @@ def _peak(fidelity: float, keys: int) -> float:
 
 
 def _write_bias(layer: RelPosLayer, offsets: list[Offset], fidelity: float) -> None:
-    source = layer.source
+    source, keys = layer.source, layer.window[0] * layer.window[1] + layer.num_prefix
+    if keys == 1:  # a 1 x 1 window (a last stage smaller than the window): every map is the impulse at (0, 0)
+        return
     rows = [_pair_row(layer, offset) for offset in offsets]
-    peak = _peak(fidelity, layer.window[0] * layer.window[1] + layer.num_prefix)
+    peak = _peak(fidelity, keys)
     if isinstance(source, BiasTable):
         source.table.zero_()
         for head, row in enumerate(rows):
