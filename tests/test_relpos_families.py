@@ -215,20 +215,31 @@ REFUSALS = {
         r"target_fidelity must be in \(0, 1\)|unknown option\(s\) target_fidelity",
     ),
     "an init the family does not take": ("select", {"base": "kaiming"}, r"unknown init method 'select'|select"),
+    "a factor that would overflow float32": (
+        "impulse",
+        {"vproj_alpha": 1e300},
+        r"vproj_alpha must be in \[-1e\+06, 1e\+06\] \(larger ones overflow|unknown option\(s\) vproj_alpha",
+    ),
 }
-UNSUPPORTED = {  # models of a supported class that structinit refuses
-    "Eva with RoPE": (lambda: small_eva(use_rot_pos_emb=True), "impulse", r"rotary position embeddings"),
+OVERFLOW = r"must be in .*1e\+06\] (or None )?\((it keeps .*; )?larger ones overflow float32 weights\)"
+OTHER_REFUSALS = {  # (model, method, options, message): models of a supported class, or options, refused
+    "Eva with RoPE": (lambda: small_eva(use_rot_pos_emb=True), "impulse", {}, r"rotary position embeddings"),
     "BEiT without a relative-position bias": (
         lambda: timm.create_model("beit_base_patch16_224", **VIT, use_rel_pos_bias=False),
         "impulse",
+        {},
         r"puts the impulse in a BEiT's relative-position bias",
     ),
-    "qk-norm on a ViT that normalises q and k": (lambda: small_vit(qk_norm=True), "qk-norm", r"use norm=None"),
+    "qk-norm on a ViT that normalises q and k": (lambda: small_vit(qk_norm=True), "qk-norm", {}, r"use norm=None"),
     "a Mixer with fewer hidden units than tokens": (
         lambda: small_mixer(mlp_ratio=(32 / 192, 4.0)),
         "impulse",
+        {},
         r"32 hidden units for 64 tokens",
     ),
+    "mimetic's qk_alpha beyond float32": (small_vit, "mimetic", {"qk_alpha": 1e300}, OVERFLOW),
+    "qk-norm's norm beyond float32": (small_vit, "qk-norm", {"norm": 1e300}, OVERFLOW),
+    "Mixer's unit_bias beyond float32": (small_mixer, "impulse", {"unit_bias": 1e300}, OVERFLOW),
 }
 
 
@@ -249,10 +260,10 @@ def test_a_refused_init_leaves_every_tensor_as_it_was(family, refusal):
     refused_without_a_change(EVERY_FAMILY[family](), method, options, message)
 
 
-@pytest.mark.parametrize("case", UNSUPPORTED)
-def test_a_refused_model_or_method_leaves_every_tensor_as_it_was(case):
-    make, method, message = UNSUPPORTED[case]
-    refused_without_a_change(make(), method, {}, message)
+@pytest.mark.parametrize("case", OTHER_REFUSALS)
+def test_a_refused_model_or_option_leaves_every_tensor_as_it_was(case):
+    make, method, options, message = OTHER_REFUSALS[case]
+    refused_without_a_change(make(), method, options, message)
 
 
 def test_a_fidelity_the_16_sigmoid_cannot_reach_is_refused_by_name_before_any_write():

@@ -62,7 +62,9 @@ def initialize(
     base="timm" or "kaiming" every weight is drawn from the seed); `structinit init --seed` and the
     trainer seed the model's construction as well, so their weights repeat exactly. A model wrapped by
     torch.compile, DistributedDataParallel or DataParallel is initialised through the wrapper (they
-    share weights). An init that refuses a model or its options does so before it writes anything.
+    share weights). An init that refuses a model or its options does so before it writes anything (a
+    weight factor over options.LIMIT included); numbers that still overflow (a huge pos_scale) are named
+    after the write, and the model must be created again.
     """
     if seed is None:
         seed = int(torch.randint(2**31 - 1, (1,)))
