@@ -112,9 +112,7 @@ LIMIT = 1e6  # the largest magnitude of a weight factor: beyond it, products of 
 
 
 def factor(default: float, help: str, *, low: float = -LIMIT, low_open: bool = False) -> Any:
-    """A number that scales weights: checked against LIMIT before anything is written (a larger one would
-    fill the model with infinities after the write). pos_scale is not one: where it overflows depends on
-    the model's embedding, and initialize's check of the written weights names it."""
+    """A number that scales weights, checked against LIMIT before any write (pos_scale's limit is the model's)."""
     return option(default, help, low=low, high=LIMIT, low_open=low_open, why="larger ones overflow float32 weights")
 
 
