@@ -26,13 +26,13 @@ from test_families import small_eva, small_mixer, small_swin, small_torchvision_
 HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
 VIT = dict(img_size=32, patch_size=4, embed_dim=96, depth=2, num_heads=3, num_classes=10)
 SWIN = dict(img_size=32, patch_size=2, window_size=4, embed_dim=48, depths=(2, 2), num_heads=(3, 6), num_classes=10)
+TV_SWIN = dict(patch_size=[2, 2], embed_dim=48, depths=[2, 2], num_heads=[3, 6], window_size=[4, 4], num_classes=10)
 DROPOUT_WARNING = "impulse init: this model's position MLP drops 12.5% of its hidden units in training"
 pytestmark = pytest.mark.filterwarnings("ignore:.*position MLP drops")  # the warning has a test of its own
-TV_SWIN = dict(patch_size=[2, 2], embed_dim=48, depths=[2, 2], num_heads=[3, 6], window_size=[4, 4], num_classes=10)
 
 
 def hf(kind: str, **config):
-    """A small Hugging Face model with random weights, eager attention (so that it returns its maps)."""
+    """A small Hugging Face model with random weights and eager attention (its softmax a call to F.softmax)."""
     import transformers
 
     family = kind.removesuffix("ForImageClassification").removesuffix("Model")
