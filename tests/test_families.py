@@ -108,12 +108,6 @@ def test_swin_kernel_must_fit_the_window():
         structinit.initialize(small_swin(), "impulse", kernel_size=5, seed=0)
 
 
-def test_swin_v2_is_refused_with_the_supported_families():
-    model = timm.create_model("swinv2_tiny_window8_256", img_size=32, window_size=4, depths=(2,), num_heads=(3,))
-    with pytest.raises(TypeError, match=r"SwinTransformerV2.*supported: .*SwinTransformer v1"):
-        structinit.initialize(model, "impulse", seed=0)
-
-
 # --- MLP-Mixer ---------------------------------------------------------------------------------
 
 

@@ -101,7 +101,11 @@ def test_options_objects_that_do_not_fit_the_call():
         (dict(refine_steps=2.5), TypeError, "option refine_steps of the impulse init takes an integer, got 2.5"),
         (dict(propagate=1), TypeError, "option propagate of the impulse init takes True or False, got 1"),
         (dict(assignment=3), TypeError, "option assignment of the impulse init takes text, got 3"),
-        (dict(noise_std=-1), ValueError, "noise_std must be >= 0, got -1"),
+        (
+            dict(noise_std=-1),
+            ValueError,
+            r"noise_std must be in \[0, 1e\+06\] \(larger ones overflow float32 weights\), got -1",
+        ),
     ],
 )
 def test_every_value_is_checked_when_the_options_are_made(values, error, message):

@@ -9,8 +9,10 @@ from .cait import CaitAdapter
 from .convmixer import ConvMixerAdapter
 from .hf_vit import HFViTAdapter
 from .mixer import MixerAdapter
+from .relpos import HFBeitAdapter, TimmBeitAdapter, TimmRelPosAdapter
 from .rope import RopeEvaAdapter
 from .swin import SwinAdapter
+from .swin_v2 import HFSwinAdapter, TimmSwinV2Adapter, TimmSwinV2CrAdapter, TorchvisionSwinAdapter
 from .timm_eva import TimmEvaAdapter
 from .timm_vit import TimmViTAdapter
 from .torchvision_vit import TorchvisionViTAdapter
@@ -18,8 +20,19 @@ from .torchvision_vit import TorchvisionViTAdapter
 ADAPTERS: list[type[ModelAdapter]] = [TimmViTAdapter, TimmEvaAdapter, TorchvisionViTAdapter, HFViTAdapter]
 
 
+# families whose position lives in a relative-position bias (adapters/relpos_base.py)
+RELPOS_ADAPTERS = [
+    TimmRelPosAdapter,
+    TimmBeitAdapter,
+    HFBeitAdapter,
+    TimmSwinV2Adapter,
+    TimmSwinV2CrAdapter,
+    TorchvisionSwinAdapter,
+    HFSwinAdapter,
+]
+
 # families with their own inits (inits/registry.py), not the global-attention interface
-OTHER_FAMILIES = [SwinAdapter, MixerAdapter, RopeEvaAdapter, CaitAdapter, ConvMixerAdapter]
+OTHER_FAMILIES = [SwinAdapter, *RELPOS_ADAPTERS, MixerAdapter, RopeEvaAdapter, CaitAdapter, ConvMixerAdapter]
 
 
 def supported_families() -> str:
@@ -51,7 +64,7 @@ def get_adapter(model: nn.Module) -> ModelAdapter:
             "a ConvMixer has no attention: initialise its depthwise filters with 'random', 'impulse' or 'box', "
             "and look at it with `structinit rank`"
         )
-    for other in (SwinAdapter, MixerAdapter, RopeEvaAdapter, CaitAdapter):
+    for other in (SwinAdapter, *RELPOS_ADAPTERS, MixerAdapter, RopeEvaAdapter, CaitAdapter):
         if other.matches(model):
             raise TypeError(
                 f"{other.family}: `initialize` and `structinit init` support it (the report measures its attention "
@@ -63,6 +76,7 @@ def get_adapter(model: nn.Module) -> ModelAdapter:
 __all__ = [
     "ADAPTERS",
     "OTHER_FAMILIES",
+    "RELPOS_ADAPTERS",
     "AttentionLayer",
     "ModelAdapter",
     "get_adapter",

@@ -45,8 +45,9 @@ def initialize(
     takes it ("impulse[vproj=keep,base=kaiming]"); keywords override the setting's or the label's
     options. `kernel_size` (default 3) is the f of the f x f kernel: the impulse offsets, and the
     offsets against which every method's attention maps are measured in the report.
-    Swin v1: "timm", "kaiming", "mimetic", "impulse" (through the relative-position bias,
-    inits/swin.py); MLP-Mixer: "timm", "kaiming", "impulse" (the token-mixing MLP, inits/mixer.py);
+    Swin v1 and the other relative-position families (BEiT, vit_relpos, Swin v2, torchvision's and Hugging
+    Face's Swin): "timm", "kaiming", "mimetic", "impulse" (through the relative-position bias,
+    inits/relpos.py); MLP-Mixer: "timm", "kaiming", "impulse" (the token-mixing MLP, inits/mixer.py);
     `structinit init --list-models` lists every family.
     ConvMixer: "random", "impulse", "box" set its depthwise filters, option `freeze`
     (see inits/convmixer.py); its kernel size is the model's own.
@@ -61,7 +62,9 @@ def initialize(
     base="timm" or "kaiming" every weight is drawn from the seed); `structinit init --seed` and the
     trainer seed the model's construction as well, so their weights repeat exactly. A model wrapped by
     torch.compile, DistributedDataParallel or DataParallel is initialised through the wrapper (they
-    share weights). An init that refuses a model or its options does so before it writes anything.
+    share weights). An init that refuses a model or its options does so before it writes anything (a
+    weight factor over options.LIMIT included); numbers that still overflow (a huge pos_scale) are named
+    after the write, and the model must be created again.
     """
     if seed is None:
         seed = int(torch.randint(2**31 - 1, (1,)))

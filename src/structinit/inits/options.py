@@ -108,6 +108,13 @@ def _check(what: str, f: Any, value: Any) -> None:
 
 # options that several methods take, each defined here once (a dataclass field cannot be shared)
 
+LIMIT = 1e6  # the largest magnitude of a weight factor: beyond it, products of weights overflow float32
+
+
+def factor(default: float, help: str, *, low: float = -LIMIT, low_open: bool = False) -> Any:
+    """A number that scales weights, checked against LIMIT before any write (pos_scale's limit is the model's)."""
+    return option(default, help, low=low, high=LIMIT, low_open=low_open, why="larger ones overflow float32 weights")
+
 
 def assignment() -> Any:
     return option(
@@ -157,11 +164,11 @@ def vproj(default: str) -> Any:
 
 
 def vproj_alpha() -> Any:
-    return option(0.4, "weight of Z in W_v W_proj = vproj_alpha Z - vproj_beta I")
+    return factor(0.4, "weight of Z in W_v W_proj = vproj_alpha Z - vproj_beta I")
 
 
 def vproj_beta() -> Any:
-    return option(0.4, "weight of the identity subtracted in W_v W_proj")
+    return factor(0.4, "weight of the identity subtracted in W_v W_proj")
 
 
 @dataclass(frozen=True)
@@ -176,8 +183,8 @@ class MimeticOptions(MethodOptions):
 
     what: ClassVar[str] = "the mimetic init"
     method: ClassVar[str | None] = "mimetic"
-    qk_alpha: float = option(0.7, "weight of the random matrix Z in W_q W_k^T")
-    qk_beta: float = option(0.7, "weight of the identity in W_q W_k^T")
+    qk_alpha: float = factor(0.7, "weight of the random matrix Z in W_q W_k^T")
+    qk_beta: float = factor(0.7, "weight of the identity in W_q W_k^T")
     vproj_alpha: float = vproj_alpha()
     vproj_beta: float = vproj_beta()
     distribution: str = option(
@@ -208,7 +215,7 @@ class ImpulseOptions(MethodOptions):
         "the embedding plus gaussian noise (paper App. C.1)",
         choices=("pos_embed", "uniform", "gaussian", "pos_embed+noise"),
     )
-    noise_std: float = option(1.0, "pos_embed+noise: noise std in units of the embedding's std", low=0)
+    noise_std: float = factor(1.0, "pos_embed+noise: noise std in units of the embedding's std", low=0)
     pos_scale: float | None = pos_scale(18.0)
     scale: str = option(
         "position",
@@ -224,8 +231,8 @@ class ImpulseOptions(MethodOptions):
     vproj_alpha: float = vproj_alpha()  # with vproj=mimetic
     vproj_beta: float = vproj_beta()
     refine_steps: int = option(100, "solver=refine: Adam steps", low=0)
-    refine_lr: float = option(0.01, "solver=refine: relative step size", low=0, low_open=True)
-    qk_scale: float = option(7.0, "solver=authors: their Q/K scale", low=0, low_open=True)
+    refine_lr: float = factor(0.01, "solver=refine: relative step size", low=0, low_open=True)
+    qk_scale: float = factor(7.0, "solver=authors: their Q/K scale", low=0, low_open=True)
     propagate: bool = option(
         False, "solve layer i + 1 on block i's output for the pseudo tokens, not on the pseudo tokens themselves"
     )
@@ -247,7 +254,7 @@ class QKNormOptions(MethodOptions):
 
     what: ClassVar[str] = "the qk-norm control"
     method: ClassVar[str | None] = "qk-norm"
-    norm: float | None = option(
+    norm: float | None = factor(
         7.0,
         "Frobenius norm of each head's W_q and W_k (7: the authors' impulse init); None keeps them",
         low=0,
@@ -305,9 +312,10 @@ class SelectOptions(MethodOptions):
 
 @dataclass(frozen=True)
 class SwinImpulseOptions(MethodOptions):
-    """Impulse init of Swin v1, through its relative-position bias (inits/swin.py)."""
+    """Impulse init of Swin v1 and the other relative-position families (BEiT, vit_relpos, Swin v2, ...),
+    through their relative-position bias (inits/relpos.py)."""
 
-    what: ClassVar[str] = "Swin's impulse init"
+    what: ClassVar[str] = "the relative-position impulse init"
     method: ClassVar[str | None] = "impulse"
     assignment: str = assignment()
     target_fidelity: float = target_fidelity()
@@ -328,7 +336,8 @@ class MixerImpulseOptions(MethodOptions):
         "bias of the routing units",
         low=0,
         low_open=True,
-        why="it keeps the activation in its linear range",
+        high=LIMIT,
+        why="it keeps the activation in its linear range; larger ones overflow float32 weights",
     )
     base: str = base()
 

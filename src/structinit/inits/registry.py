@@ -9,7 +9,7 @@ from typing import Any
 
 from torch import nn
 
-from ..adapters import ModelAdapter, get_adapter
+from ..adapters import RELPOS_ADAPTERS, ModelAdapter, get_adapter
 from ..adapters.cait import CaitAdapter
 from ..adapters.mixer import MixerAdapter
 from ..adapters.rope import RopeEvaAdapter
@@ -31,9 +31,9 @@ from .options import (
     SelectOptions,
     SwinImpulseOptions,
 )
+from .relpos import check_relpos_impulse, init_relpos_impulse
 from .rope import RopeImpulseOptions, check_rope_impulse, check_rope_mimetic, init_rope_impulse
 from .selection import check_select, init_select
-from .swin import init_swin_impulse
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,14 @@ METHODS: dict[str, InitMethod] = {
 }
 
 
+RELPOS_METHODS = {  # Swin v1 and the other families whose position lives in a relative-position bias
+    "timm": TIMM,
+    "kaiming": KAIMING,
+    "mimetic": MIMETIC,
+    "impulse": InitMethod(init_relpos_impulse, SwinImpulseOptions, check=check_relpos_impulse),
+}
+
+
 @dataclass(frozen=True)
 class Family:
     """A model family beside the plain ViTs: its adapter, its inits, and how its report measures."""
@@ -74,16 +82,7 @@ class Family:
 
 VIT_FAMILY = Family(ModelAdapter, METHODS, "pseudo input")
 FAMILIES = [
-    Family(
-        SwinAdapter,
-        {
-            "timm": TIMM,
-            "kaiming": KAIMING,
-            "mimetic": MIMETIC,
-            "impulse": InitMethod(init_swin_impulse, SwinImpulseOptions),
-        },
-        "window pseudo input",
-    ),
+    Family(SwinAdapter, RELPOS_METHODS, "window pseudo input"),
     Family(
         MixerAdapter,
         {
@@ -114,6 +113,7 @@ FAMILIES = [
         },
         "pseudo input",
     ),
+    *(Family(adapter, RELPOS_METHODS, "uniform image") for adapter in RELPOS_ADAPTERS),
 ]
 
 

@@ -20,8 +20,10 @@ from ..adapters.cait import CaitAdapter
 from ..adapters.convmixer import ConvMixerAdapter
 from ..adapters.hf_vit import HFViTAdapter
 from ..adapters.mixer import MixerAdapter
+from ..adapters.relpos import HFBeitAdapter, TimmBeitAdapter, TimmRelPosAdapter
 from ..adapters.rope import RopeEvaAdapter
 from ..adapters.swin import SwinAdapter
+from ..adapters.swin_v2 import HFSwinAdapter, TimmSwinV2Adapter, TimmSwinV2CrAdapter, TorchvisionSwinAdapter
 from ..adapters.timm_eva import TimmEvaAdapter
 from ..adapters.timm_vit import TimmViTAdapter
 from ..adapters.torchvision_vit import TorchvisionViTAdapter
@@ -47,16 +49,33 @@ def _torchvision() -> nn.Module:
     return VisionTransformer(image_size=32, patch_size=4, num_layers=2, num_heads=4, hidden_dim=96, mlp_dim=384)
 
 
-def _hf(family: str, model: str) -> Callable[[], nn.Module]:
+HF_VIT = dict(patch_size=4, hidden_size=96, num_hidden_layers=2, num_attention_heads=4)
+
+
+def _hf(family: str, model: str, sizes: dict = HF_VIT, **settings) -> Callable[[], nn.Module]:
     def build() -> nn.Module:
         import transformers
 
-        config = getattr(transformers, f"{family}Config")(
-            image_size=32, patch_size=4, hidden_size=96, num_hidden_layers=2, num_attention_heads=4, num_labels=10
-        )
+        config = getattr(transformers, f"{family}Config")(image_size=32, num_labels=10, **sizes, **settings)
         return getattr(transformers, f"{family}{model}")(config)
 
     return build
+
+
+def _torchvision_swin(version: int) -> Callable[[], nn.Module]:
+    def build() -> nn.Module:
+        from torchvision.models import swin_transformer as tv
+
+        v2 = dict(block=tv.SwinTransformerBlockV2, downsample_layer=tv.PatchMergingV2) if version == 2 else {}
+        sizes = dict(patch_size=[2, 2], embed_dim=48, depths=[2, 2], num_heads=[3, 6], window_size=[4, 4])
+        return tv.SwinTransformer(**sizes, num_classes=10, **v2)
+
+    return build
+
+
+# windowed families: patch 2, windows of 4 x 4 tokens, two stages
+WINDOWS = dict(img_size=32, patch_size=2, window_size=4, embed_dim=48, depths=(2, 2), num_heads=(3, 6), num_classes=10)
+HF_SWIN = dict(patch_size=2, embed_dim=48, depths=[2, 2], num_heads=[3, 6], window_size=4)
 
 
 # adapter -> {example: builder}, in the order the table lists them
@@ -91,6 +110,26 @@ EXAMPLES: dict[type, dict[str, Callable[[], nn.Module]]] = {
         "vit_pe_core_tiny_patch16_384 (Perception Encoder)": _timm("vit_pe_core_tiny_patch16_384"),
     },
     CaitAdapter: {"cait_xxs24_224": _timm("cait_xxs24_224")},
+    TimmRelPosAdapter: {
+        "vit_relpos_small_patch16_224 (bias MLP)": _timm("vit_relpos_small_patch16_224"),
+        "vit_relpos_small_patch16_224, rel_pos_type='bias'": _timm("vit_relpos_small_patch16_224", rel_pos_type="bias"),
+        "vit_srelpos_small_patch16_224 (one shared bias)": _timm("vit_srelpos_small_patch16_224"),
+    },
+    TimmBeitAdapter: {"beit_base_patch16_224": _timm("beit_base_patch16_224")},
+    HFBeitAdapter: {
+        "BeitForImageClassification": _hf("Beit", "ForImageClassification", use_relative_position_bias=True)
+    },
+    TimmSwinV2Adapter: {
+        "swinv2_tiny_window8_256 (patch 2, window 4)": lambda: timm.create_model("swinv2_tiny_window8_256", **WINDOWS)
+    },
+    TimmSwinV2CrAdapter: {
+        "swinv2_cr_tiny_ns_224 (patch 2, window 4)": lambda: timm.create_model("swinv2_cr_tiny_ns_224", **WINDOWS)
+    },
+    TorchvisionSwinAdapter: {
+        "swin_t (patch 2, window 4)": _torchvision_swin(1),
+        "swin_v2_t (patch 2, window 4)": _torchvision_swin(2),
+    },
+    HFSwinAdapter: {"SwinForImageClassification (patch 2, window 4)": _hf("Swin", "ForImageClassification", HF_SWIN)},
     ConvMixerAdapter: {"convmixer_d6_p4 (preset)": _preset("convmixer_d6_p4")},
 }
 
