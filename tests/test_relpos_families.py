@@ -223,7 +223,12 @@ REFUSALS = {
 }
 OVERFLOW = r"must be in .*1e\+06\] (or None )?\((it keeps .*; )?larger ones overflow float32 weights\)"
 OTHER_REFUSALS = {  # (model, method, options, message): models of a supported class, or options, refused
-    "Eva with RoPE": (lambda: small_eva(use_rot_pos_emb=True), "impulse", {}, r"rotary position embeddings"),
+    "Eva with RoPE, post-norm": (
+        lambda: small_eva(use_rot_pos_emb=True, use_post_norm=True),
+        "impulse",
+        {},
+        r"is post-norm: the rotary impulse init reads the LayerNorm in front of RoPE",
+    ),
     "BEiT without a relative-position bias": (
         lambda: timm.create_model("beit_base_patch16_224", **VIT, use_rel_pos_bias=False),
         "impulse",
