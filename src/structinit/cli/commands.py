@@ -16,7 +16,8 @@ from ..inits.labels import DEFAULT, InitSpec, parse_assignments, split_top_level
 from ..inits.registry import METHODS
 from ..models import PRESETS
 from ..studies.launch import Cluster
-from ..training.settings import TrainConfig, flag, int_list
+from ..training.setting import flag, int_list
+from ..training.settings import TrainConfig
 from .parser import build_parser, train_config, train_values
 
 FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
@@ -24,8 +25,8 @@ FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
 
 def run_train(args: argparse.Namespace) -> int:
     from ..training.device import distributed_processes
+    from ..training.presets import load_preset
     from ..training.run import print_summary, resume_config, train
-    from ..training.settings import load_preset
 
     if args.resume:
         if args.config:

@@ -28,7 +28,8 @@ from ..training.lock import RunLock
 from ..training.ownership import clear_run, written_by_a_run
 from ..training.record import MetricsLog, RunError
 from ..training.run import train
-from ..training.settings import TrainConfig, flag
+from ..training.setting import flag
+from ..training.settings import TrainConfig
 from .launch import Cluster, LocalJob, local_workers, new_processes_ignore_signals, run_on_cluster
 from .results import REPORT_FIX, collect, write_results
 
