@@ -14,7 +14,7 @@ from ..files import refuse_link
 from ..inits.api import check_seed
 from ..inits.labels import DEFAULT, InitSpec, parse_assignments, split_top_level
 from ..inits.registry import METHODS
-from ..models import PRESETS
+from ..models import PRESETS, preset_size
 from ..studies.launch import Cluster
 from ..training.setting import flag, int_list
 from ..training.settings import TrainConfig
@@ -298,7 +298,8 @@ def supported_models() -> str:
     lines = ["families (init methods; e.g.):"]
     lines += [f"  {adapter.family}\n      {', '.join(methods)}; e.g. {adapter.example}" for adapter, methods in rows]
     lines.append("presets for small images (give the size: structinit init NAME --model-kwargs img_size=32):")
-    lines += [f"  {name}" for name in PRESETS]
+    width = max(map(len, PRESETS))
+    lines += [f"  {name:<{width}}  {preset_size(name)}" for name in PRESETS]
     return "\n".join(lines)
 
 

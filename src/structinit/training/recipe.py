@@ -14,7 +14,7 @@ from timm.utils import ModelEmaV3
 from torch import nn
 
 from ..data.datasets import StreamData, TensorData
-from ..models import build_model
+from ..models import PRESETS, build_model, patch_for
 from ..report import Report
 from .device import Dist, all_reduce_sum, prefer_math_attention, resolve_amp
 from .optimizer import create_optimizer, create_schedule, optimizer_kernel
@@ -103,6 +103,31 @@ class Recipe:
         return self.optimizer.param_groups[0]["lr"]
 
 
+def notices(config: TrainConfig, data: TensorData | StreamData) -> list[str]:
+    """What a run chose for the user, or will do that they may not expect, one line each: the patch
+    of a preset that follows the data, a warm-up as long as the run."""
+    lines = []
+    size = data_size(config, data)
+    patch = patch_for(config.model, size, config.model_kwargs)
+    if patch is not None and patch != PRESETS[config.model][1]["patch_size"]:
+        grid = size // patch
+        lines.append(
+            f"--model {config.model} on {size} px images: patch {patch}, a {grid}x{grid} token grid (choose with "
+            "--model-kwargs patch_size=P, or another --model: structinit init --list-models)"
+        )
+    if config.warmup_epochs >= config.epochs:
+        lines.append(
+            f"--warmup-epochs {config.warmup_epochs:g} >= --epochs {config.epochs}: the whole run is warm-up and "
+            f"the lr never reaches --lr {config.lr:g}; give fewer --warmup-epochs"
+        )
+    return lines
+
+
+def data_size(config: TrainConfig, data: TensorData | StreamData) -> int | None:
+    """The side of the images the model is built for: the in-memory images', or --img-size."""
+    return data.image_shape[1] if isinstance(data, TensorData) else config.img_size
+
+
 def model_of(config: TrainConfig, data: TensorData | StreamData) -> tuple[nn.Module, Report]:
     """The run's model, created for the data's classes, channels and image size and initialised;
     returns (model, init report). Seeded, so that it is the same model every time."""
@@ -113,7 +138,7 @@ def model_of(config: TrainConfig, data: TensorData | StreamData) -> tuple[nn.Mod
         config.seed,
         num_classes=data.num_classes,
         in_chans=data.image_shape[0] if in_memory else data.channels,
-        data_size=data.image_shape[1] if in_memory else None,
+        data_size=data_size(config, data),
         drop_path=config.drop_path,
         teacher=config.teacher,
         **config.model_kwargs,
