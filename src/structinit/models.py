@@ -52,18 +52,19 @@ PRESETS: dict[str, tuple[str | Callable[..., nn.Module], dict[str, Any]]] = {
     "mixer_d6_p4": (MlpMixer, dict(img_size=32, patch_size=4, num_blocks=6, embed_dim=192)),
 }
 
-# presets whose patch follows the data: the largest grid up to MAX_GRID x MAX_GRID tokens (8 px: patch 1)
+# presets whose patch follows the data: the largest that leaves GRID x GRID tokens or more (8 px: patch 1;
+# 32 px: 4), the grid at which the preset's 16-wide heads reach their impulse maps (docs/training.md)
 PATCH_FOLLOWS_DATA = ("vit_digits",)
-MAX_GRID = 16
+GRID = 8
 
 
 def patch_for(name: str, data_size: int | None, kwargs: dict[str, Any]) -> int | None:
     """The patch `create_model` gives preset `name` for images of `data_size` px: for a preset of
-    PATCH_FOLLOWS_DATA whose patch `kwargs` leaves open, the smallest that makes at most MAX_GRID
-    tokens a side (None: the preset's or the model's own)."""
+    PATCH_FOLLOWS_DATA whose patch `kwargs` leaves open, the largest that makes at least GRID tokens a
+    side (between GRID and 2 GRID - 1 of them); None: the preset's or the model's own."""
     if name not in PATCH_FOLLOWS_DATA or data_size is None or "patch_size" in kwargs:
         return None
-    return -(-data_size // MAX_GRID)
+    return max(1, data_size // GRID)
 
 
 # timm.create_model keywords that load weights or configs from files or the hub: a config.yaml or a
@@ -138,7 +139,7 @@ def preset_size(name: str) -> str:
     depth = len(blocks) if blocks is not None else sum(len(stage.blocks) for stage in model.layers)
     heads = sorted({m.num_heads for m in model.modules() if isinstance(getattr(m, "num_heads", None), int)})
     shown = "-".join(map(str, heads)) + " heads" if heads else "no attention"
-    follows = f"; other sizes: at most {MAX_GRID}x{MAX_GRID} tokens" if name in PATCH_FOLLOWS_DATA else ""
+    follows = f"; other sizes: the patch for {GRID}x{GRID} tokens or more" if name in PATCH_FOLLOWS_DATA else ""
     tokens = f"{(size // patch) ** 2} tokens at {size} px (patch {patch}{follows})"
     return f"{tokens}, width {model.num_features}, depth {depth}, {shown}"
 

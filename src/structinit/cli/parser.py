@@ -48,13 +48,12 @@ def add_removed_flags(parser: argparse.ArgumentParser) -> None:
 
 
 class _Formatter(argparse.HelpFormatter):
-    """argparse's help, each flag's default at the end of its help unless it has none or says it."""
+    """argparse's help, each flag that takes a value with its default at the end unless it says it."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         help = action.help or ""
-        default = action.default
-        if action.option_strings and default not in (None, False, argparse.SUPPRESS) and "default" not in help:
-            help += " (default: %(default)s)"
+        if action.option_strings and action.nargs != 0 and "default" not in help:
+            help += " (default: none)" if action.default is None else " (default: %(default)s)"
         return help
 
 
@@ -196,7 +195,7 @@ def add_train_arguments(parser: argparse.ArgumentParser, grid: bool = False) -> 
     common = groups["common"].add_argument
     common("-h", "--help", action="help", help="show this help and exit")
     parser.add_argument("folder", nargs="?", metavar="DIR", help="an image folder: the same as --data imagefolder:DIR")
-    common("-c", "--config", metavar="FILE", help="YAML of settings (a run's config.yaml); flags override it")
+    common("-c", "--config", metavar="FILE", help="YAML of settings; flags override it")
     add_removed_flags(parser)
     for name, about in SETTINGS.items():
         add = groups[about.group].add_argument

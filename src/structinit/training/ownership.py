@@ -77,7 +77,8 @@ def check_fresh(out: Path) -> None:
 def resume_hint(out: Path) -> str:
     """What --resume does with the run in `out` (which has a checkpoint)."""
     try:
-        done = f"{len(MetricsLog(out).epochs())} epochs"
+        count = len(MetricsLog(out).epochs())
+        done = f"{count} epoch{'s' if count != 1 else ''}"
     except RunError:  # a damaged log: the resume names it
         done = "its epochs"
     if (out / "summary.json").exists():

@@ -112,7 +112,7 @@ def notices(config: TrainConfig, data: TensorData | StreamData) -> list[str]:
     if patch is not None and patch != PRESETS[config.model][1]["patch_size"]:
         grid = size // patch
         lines.append(
-            f"--model {config.model} on {size} px images: patch {patch}, a {grid}x{grid} token grid (choose with "
+            f"--model {config.model} on {size} px images: patch {patch}, {grid}x{grid} tokens (choose with "
             "--model-kwargs patch_size=P, or another --model: structinit init --list-models)"
         )
     if config.warmup_epochs >= config.epochs:
