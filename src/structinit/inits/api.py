@@ -134,7 +134,7 @@ def _initialize(
         )
     init = family.methods[method]
     resolved = _resolve(init.options, method, given)
-    proj = adapter.patch_projection()
+    proj = adapter.patch_projection() if hasattr(adapter, "patch_projection") else None  # not Swin's, Mixer's
     check_kernel_size(kernel_size, adapter.grid, proj.stride[0] if proj is not None else None)
     if init.check is not None:  # every refusal before the first write
         init.check(adapter, resolved)

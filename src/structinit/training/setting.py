@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from ..errors import quoted
+from ..inits.api import MAX_SEED
 from ..inits.labels import parse_assignments, split_top_level
 
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)
@@ -59,6 +60,13 @@ def setting(default: Any, **about: Any) -> Any:
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
+
+
+WATCHED = {"resume": "free", "identity": False}  # how a run is watched or where it runs
+PLACE = {"identity": False}  # where files are, not what is computed
+GRID_AXIS = {"recipe": False}  # a grid varies it, so it is no part of the grid's recipe
+SEED_BOUNDS = f"[0, {MAX_SEED}]"  # numpy's seeds
+NEW = {"since": "0.3.0"}  # added since runs were recorded: they did its default
 
 
 # a setting's declared type -> (the Python types it takes, its name in messages)

@@ -11,13 +11,18 @@ from typing import Any
 
 from ..data.augment import parse_randaugment
 from ..data.datasets import parse_spec
-from ..inits.api import MAX_SEED
 from ..inits.labels import InitSpec
 from ..models import check_model_kwargs
+from .data_settings import DataSettings
 from .loggers import check_loggers
 from .optimizer import SCHEDULES, check_optimizer
 from .presets import load_preset
 from .setting import (
+    GRID_AXIS,
+    NEW,
+    PLACE,
+    SEED_BOUNDS,
+    WATCHED,
     Setting,
     assignments,
     check_value,
@@ -32,78 +37,14 @@ from .setting import (
     flag as flag,  # studies/results.py takes it from here
 )
 
-DATA_HELP = "digits | imagefolder:DIR | cifar10 | cifar100 | svhn | stl10 | flowers102 | pets | food101 | imagenet:DIR"
 INIT_SHORT = "init label, e.g. impulse, mimetic, timm, impulse[kernel_size=5] (init --list-options)"
 
 
-WATCHED = {"resume": "free", "identity": False}  # how a run is watched or where it runs
-PLACE = {"identity": False}  # where files are, not what is computed
-GRID_AXIS = {"recipe": False}  # a grid varies it, so it is no part of the grid's recipe
-SEED_BOUNDS = f"[0, {MAX_SEED}]"  # numpy's seeds
-NEW = {"since": "0.3.0"}  # added since runs were recorded: they did its default
-
-
 @dataclass
-class TrainConfig:
-    """Everything a run depends on; saved as config.yaml. Defaults suit `--data digits` on a CPU."""
+class TrainConfig(DataSettings):
+    """Everything a run depends on; saved as config.yaml, the data's settings (DataSettings) first.
+    Defaults suit `--data digits` on a CPU."""
 
-    data: str = setting("digits", group="common", metavar="SPEC", help=DATA_HELP)
-    data_root: str = setting(
-        "data",
-        group="data",
-        aliases=("--data-dir",),
-        help="where torchvision datasets live or are downloaded",
-        **PLACE,
-    )
-    download: bool = setting(False, group="data", help="download a torchvision dataset (needs internet)", **PLACE)
-    cache_dir: str | None = setting(
-        None, group="data", help="where decoded small images are cached (default: ~/.cache/structinit)", **PLACE
-    )
-    per_class: int | None = setting(
-        None,
-        group="data",
-        grid=False,
-        bounds="[1, inf)",
-        metavar="K",
-        help="train on a stratified subset of K images per class",
-        **GRID_AXIS,
-    )
-    train_fraction: float | None = setting(
-        None, group="data", bounds="(0, 1]", help="train on a stratified fraction of each class"
-    )
-    subset_seed: int = setting(0, group="data", bounds=SEED_BOUNDS, help="seed of the subset draw")
-    val_per_class: int | None = setting(
-        None,
-        group="data",
-        bounds="[1, inf)",
-        metavar="K",
-        help="hold out K training images per class (stratified, disjoint from the subset) and evaluate on them "
-        "instead of the test set: choose settings there, report the test set once",
-    )
-    classes: list[str] = setting(
-        [],
-        group="data",
-        parse=names,
-        metavar="NAME,NAME",
-        help="train and evaluate on these classes only (by folder or class name), relabelled in the data's order",
-        **NEW,
-    )
-    img_size: int | None = setting(
-        None,
-        group="data",
-        bounds="[1, inf)",
-        metavar="PX",
-        help="resize every image to PX x PX as it is loaded, e.g. a folder of mixed sizes (timm's --img-size; "
-        "--input-size C H W sets it too)",
-        **NEW,
-    )
-    num_classes: int | None = setting(
-        None,
-        group="data",
-        bounds="[2, inf)",
-        help="the number of classes the data must have (checked)",
-        **NEW,
-    )
     model: str = setting(
         "vit_digits",
         group="common",
@@ -281,39 +222,7 @@ class TrainConfig:
     )
 
     def __post_init__(self) -> None:
-        """Bad values fail here, in flag terms, before any data is loaded or any directory is made."""
-        for f in dataclasses.fields(self):
-            check_value(f.name, f.type, SETTINGS[f.name].bounds, getattr(self, f.name))
-        if not self.out:  # Path("") is the current directory
-            raise ValueError("--out is empty: give the run's directory, e.g. --out runs/mine")
-        spec = InitSpec.parse(self.init)
-        if spec.method == "select" and self.teacher is None and spec.options.get("teacher") is None:
-            raise ValueError(f"--init {self.init} selects from a larger model: give it with --teacher")
-        parse_spec(self.data)
-        check_loggers(self.log)
-        check_model_kwargs(self.model_kwargs)
-        from_data = sorted({"num_classes", "in_chans"} & set(self.model_kwargs))
-        if from_data:
-            raise ValueError(
-                f"--model-kwargs {', '.join(from_data)}: the data sets it (its classes and channels); "
-                "--num-classes checks the data's classes"
-            )
-        check_optimizer(self.opt)
-        if self.cooldown_epochs >= self.epochs:
-            raise ValueError(
-                f"--cooldown-epochs {self.cooldown_epochs} leaves no epoch of the {self.epochs} (--epochs) to decay in"
-            )
-        epochs = self.snapshot_epochs
-        if len(set(epochs)) < len(epochs):
-            raise ValueError(f"--snapshot-epochs takes distinct integers, got {epochs}")
-        if any(not 0 <= e <= self.epochs for e in epochs):
-            raise ValueError(f"--snapshot-epochs must lie in 0..{self.epochs}, got {epochs}")
-        if self.min_lr > self.lr:
-            raise ValueError(f"--min-lr {self.min_lr} exceeds --lr {self.lr}: the cosine schedule would climb")
-        if self.per_class is not None and self.train_fraction is not None:
-            raise ValueError("give --per-class or --train-fraction, not both")
-        if self.randaugment:
-            parse_randaugment(self.randaugment)
+        check_config(self)
 
     @property
     def init_spec(self) -> InitSpec:
@@ -337,6 +246,42 @@ class TrainConfig:
         """What the run evaluates on, and the prefix of its metrics: 'val' with a validation split
         (choose settings there; the test set is not touched), else 'test'."""
         return "val" if self.val_per_class else "test"
+
+
+def check_config(config: TrainConfig) -> None:
+    """Bad values fail here, in flag terms, before any data is loaded or any directory is made."""
+    for f in dataclasses.fields(config):
+        check_value(f.name, f.type, SETTINGS[f.name].bounds, getattr(config, f.name))
+    if not config.out:  # Path("") is the current directory
+        raise ValueError("--out is empty: give the run's directory, e.g. --out runs/mine")
+    spec = InitSpec.parse(config.init)
+    if spec.method == "select" and config.teacher is None and spec.options.get("teacher") is None:
+        raise ValueError(f"--init {config.init} selects from a larger model: give it with --teacher")
+    parse_spec(config.data)
+    check_loggers(config.log)
+    check_model_kwargs(config.model_kwargs)
+    from_data = sorted({"num_classes", "in_chans"} & set(config.model_kwargs))
+    if from_data:
+        raise ValueError(
+            f"--model-kwargs {', '.join(from_data)}: the data sets it (its classes and channels); "
+            "--num-classes checks the data's classes"
+        )
+    check_optimizer(config.opt)
+    if config.cooldown_epochs >= config.epochs:
+        raise ValueError(
+            f"--cooldown-epochs {config.cooldown_epochs} leaves no epoch of the {config.epochs} (--epochs) to decay in"
+        )
+    epochs = config.snapshot_epochs
+    if len(set(epochs)) < len(epochs):
+        raise ValueError(f"--snapshot-epochs takes distinct integers, got {epochs}")
+    if any(not 0 <= e <= config.epochs for e in epochs):
+        raise ValueError(f"--snapshot-epochs must lie in 0..{config.epochs}, got {epochs}")
+    if config.min_lr > config.lr:
+        raise ValueError(f"--min-lr {config.min_lr} exceeds --lr {config.lr}: the cosine schedule would climb")
+    if config.per_class is not None and config.train_fraction is not None:
+        raise ValueError("give --per-class or --train-fraction, not both")
+    if config.randaugment:
+        parse_randaugment(config.randaugment)
 
 
 SETTINGS: dict[str, Setting] = {f.name: f.metadata["setting"] for f in dataclasses.fields(TrainConfig)}
