@@ -57,8 +57,8 @@ class _Formatter(argparse.HelpFormatter):
         return help
 
 
-# the common flags, for a usage line that fits (argparse's own lists every flag)
-COMMON_USAGE = "[--data SPEC] [--model NAME] [--init LABEL] [--out DIR]"
+# the common flags: a usage line that fits (argparse's own lists every flag)
+USAGE = "structinit train [DIR] [--data SPEC] [--model NAME] [--init LABEL] [--out DIR] [options]"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     train = commands.add_parser(
         "train",
         help="train one model (timm recipe); torchrun for several processes",
-        usage=f"structinit train [DIR] {COMMON_USAGE} [options]",
+        usage=USAGE,
         add_help=False,
     )
     add_train_arguments(train)
@@ -133,7 +133,7 @@ def add_compare_command(commands: argparse._SubParsersAction) -> None:
         help="train a grid of inits x seeds (x subset sizes) and tabulate it",
         description="Train the same model and recipe from several inits and seeds (and subset sizes), "
         "each run in OUT/, then tabulate and plot them.",
-        usage=f"structinit compare [DIR] [--inits LABELS] [--seeds S,S] {COMMON_USAGE} [options]",
+        usage="structinit compare [DIR] [--data SPEC] [--model NAME] [--inits LABELS] [--seeds S,S] [options]",
         add_help=False,
     )
     groups = add_train_arguments(grid, grid=True)
@@ -231,7 +231,7 @@ GRID_FLAGS = {
     ),
     "out": (
         ("--out", "--output"),
-        {"default": "runs/compare", "help": "directory of the grid's runs and results (default: runs/compare)"},
+        {"default": "runs/compare", "metavar": "DIR", "help": "directory of the grid's runs and results"},
     ),
 }
 

@@ -81,30 +81,18 @@ class TrainConfig(DataSettings):
         help="timm's optimiser by name (timm.optim.list_optimizers()), e.g. adamw, sgd, momentum, lamb, lion",
         **NEW,
     )
-    opt_eps: float | None = setting(
-        None,
-        group="optim",
-        bounds="(0, inf)",
-        help="optimiser epsilon (default: the optimiser's)",
-        **NEW,
-    )
+    opt_eps: float | None = setting(None, group="optim", bounds="(0, inf)", help="eps (none: the opt's own)", **NEW)
     opt_betas: list[float] | None = setting(
         None,
         group="optim",
         parse=float_list,
         metavar="B1,B2",
-        help="optimiser betas, e.g. 0.9,0.999 (default: the optimiser's)",
+        help="betas, e.g. 0.9,0.999 (none: the opt's own)",
         **NEW,
     )
     momentum: float = setting(0.9, group="optim", bounds="[0, 1)", help="momentum of sgd and the like", **NEW)
     weight_decay: float = setting(0.05, group="optim", bounds="[0, inf)", help="weight decay (not on norms and biases)")
-    sched: str = setting(
-        "cosine",
-        group="optim",
-        choices=SCHEDULES,
-        help="timm's lr schedule, stepped every optimiser step",
-        **NEW,
-    )
+    sched: str = setting("cosine", group="optim", choices=SCHEDULES, help="timm's lr schedule, per step", **NEW)
     warmup_epochs: float = setting(3, group="optim", bounds="[0, inf)", help="epochs of linear warm-up")
     warmup_lr: float = setting(1e-6, group="optim", bounds="[0, inf)", help="lr the warm-up starts at")
     min_lr: float = setting(1e-5, group="optim", bounds="[0, inf)", help="final lr (cosine, tanh, poly)")
