@@ -5,8 +5,12 @@ help on one screen, progress in a log, messages that say what to type."""
 import argparse
 import dataclasses
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -15,9 +19,11 @@ import yaml
 from PIL import Image
 from timm.scheduler import CosineLRScheduler
 
+import structinit
 from conftest import make_imagefolder
 from structinit.cli import main
 from structinit.cli.parser import build_parser, train_config
+from structinit.errors import Notice
 from structinit.training.config_file import read_config
 from structinit.training.identity import config_hash
 from structinit.training.run import train
@@ -108,12 +114,13 @@ def test_img_size_trains_a_folder_of_mixed_sizes_given_as_a_directory(tmp_path, 
     assert main(["train", str(data), "--epochs", "1", "-b", "4", *TINY, *cache, "--out", str(out)]) == 2
     one_line(capsys, "but", "is 32x32", "pass --img-size 32 to resize them as they are loaded")
     argv = ["train", str(data), "--img-size", "32", "--num-classes", "2", "--epochs", "1", "-b", "4", *TINY, *cache]
-    assert main([*argv, "--out", str(out)]) == 0
+    with pytest.warns(Notice, match="--model vit_digits on 32 px images: patch 4, 8x8 tokens"):
+        assert main([*argv, "--out", str(out)]) == 0
     capsys.readouterr()
     config = config_of(out)
     assert (config["data"], config["img_size"], config["num_classes"]) == (f"imagefolder:{data}", 32, 2)
-    weights = torch.load(out / "last.pt", map_location="cpu", weights_only=True)["model"]
-    assert weights["patch_embed.proj.weight"].shape[-2:] == (4, 4)  # vit_digits at 32 px: patch 4
+    assert main(["rank", str(out), "--images", "4", "--out", str(tmp_path / "rank.png")]) == 0  # resized too
+    capsys.readouterr()
     again = ["train", str(data), "--input-size", "3", "32", "32", "--epochs", "1", "-b", "4", *TINY, *cache]
     assert main([*again, "--out", str(tmp_path / "again")]) == 0
     assert config_of(tmp_path / "again")["img_size"] == 32
@@ -137,18 +144,21 @@ def test_digits_resized_on_load():
 # --- 2. defaults that fit the data, and messages that name the flag --------------------------------
 
 
-def test_the_default_model_on_32_px_images_takes_patch_4_and_says_so_as_a_warm_up_as_long_as_the_run(tmp_path, capsys):
+def test_the_default_model_on_32_px_images_takes_patch_4_and_says_so_as_a_warm_up_as_long_as_the_run(tmp_path):
+    """Each a line on the command's stderr (a Notice warning, for Python callers)."""
     data = make_imagefolder(tmp_path / "data", 32)
-    out = tmp_path / "run"
     argv = ["train", str(data), "--epochs", "1", "-b", "4", *TINY, "--cache-dir", str(tmp_path / "c")]
-    assert main([*argv, "--out", str(out)]) == 0
-    err = capsys.readouterr().err.splitlines()
-    assert err == [
+    env = {**os.environ, "PYTHONPATH": str(Path(structinit.__file__).parents[1])}
+    command = [sys.executable, "-m", "structinit", *argv, "--out", str(tmp_path / "run")]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, check=True)
+    assert result.stderr.splitlines() == [
         "structinit: note: --model vit_digits on 32 px images: patch 4, 8x8 tokens (choose with "
         "--model-kwargs patch_size=P, or another --model: structinit init --list-models)",
         "structinit: note: --warmup-epochs 3 >= --epochs 1: the whole run is warm-up and the lr never reaches "
         "--lr 0.001; give fewer --warmup-epochs",
     ]
+    weights = torch.load(tmp_path / "run" / "last.pt", map_location="cpu", weights_only=True)["model"]
+    assert weights["patch_embed.proj.weight"].shape[-2:] == (4, 4)
 
 
 def test_a_kernel_larger_than_the_grid_names_the_patch_that_fits(capsys):
@@ -244,10 +254,10 @@ def test_demo_help_explains_its_options(capsys):
 
 def test_progress_reaches_a_stdout_that_is_not_a_terminal(tmp_path, capsys):
     argv = ["train", *FLAGS[:-1], "--epochs", "2", "--warmup-epochs", "1", "--out", str(tmp_path / "run")]
-    assert main(argv) == 0
-    captured = capsys.readouterr()
-    assert "note" not in captured.err  # digits keep vit_digits' patch 1, the warm-up is shorter than the run
-    lines = captured.out.splitlines()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Notice)  # digits keep vit_digits' patch 1, the warm-up is shorter than the run
+        assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
     pattern = r"epoch {}/2: train loss \d\.\d{{4}}, test top-1 \d+\.\d\d%, \d+ img/s, 0:00:\d\d left"
     assert re.fullmatch(pattern.format(1), lines[0]), lines
     assert re.fullmatch(pattern.format(2), lines[1]), lines

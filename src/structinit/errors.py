@@ -1,10 +1,16 @@
-"""The error of a run that cannot go on as asked, and quoting another error or a value in one line."""
+"""The error of a run that cannot go on as asked, the notice of what it chose, and quoting another
+error or a value in one line."""
 
 import re
 
 
 class RunError(RuntimeError):
     """A run cannot go on as asked; the message says why and what to do, in one line."""
+
+
+class Notice(UserWarning):
+    """What the tool chose for the user, or will do that they may not expect (a warning: the command
+    shows it as one line, `structinit: note: ...`)."""
 
 
 def first_line(error: BaseException) -> str:

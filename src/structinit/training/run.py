@@ -14,8 +14,8 @@ import contextlib
 import dataclasses
 import math
 import random
-import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from torch import nn
 
 from ..data.batches import Feed, batches_for
 from ..data.datasets import fingerprint, load_data
-from ..errors import RunError, first_line
+from ..errors import Notice, RunError, first_line
 from .checkpoint import load_checkpoint, rng_state, set_rng_state
 from .config_file import config_values, read_config
 from .device import Dist, all_reduce_sum, distributed_processes, resolve_amp, resolve_device, setup_distributed
@@ -156,7 +156,7 @@ class Run:
         self.data_fingerprint = fingerprint(self.data)
         self.recipe = Recipe(config, self.data, self.device, world)
         for line in notices(config, self.data) if world.main else []:
-            print(f"structinit: note: {line}", file=sys.stderr)
+            warnings.warn(line, Notice, stacklevel=1)
         batch = config.batch_size // world.world
         if batch * world.world != config.batch_size or batch < 1:
             raise ValueError(f"--batch-size {config.batch_size} must be a multiple of the {world.world} processes")
