@@ -11,7 +11,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from ..errors import Notice, RunError, first_line
+from ..errors import RunError, one_line_warning
 from ..files import refuse_link
 from ..inits.api import check_seed
 from ..inits.labels import DEFAULT, InitSpec, parse_assignments, split_top_level
@@ -23,8 +23,6 @@ from ..training.settings import TrainConfig
 from .parser import build_parser, train_config, train_values
 
 FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
-PACKAGE = Path(__file__).resolve().parents[1]
-_format_warning = warnings.formatwarning
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -256,7 +254,7 @@ EXTRAS = {"matplotlib": "train", "sklearn": "train", "tensorboard": "log", "wand
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    warnings.formatwarning = format_warning
+    warnings.formatwarning = one_line_warning
     if getattr(args, "out", None) == "":  # Path("") is the current directory
         return fail(args.command, "--out is empty: name where to write, e.g. --out runs/mine")
     if threading.current_thread() is threading.main_thread():
@@ -277,15 +275,6 @@ def main(argv: list[str] | None = None) -> int:
         again = AFTER_INTERRUPT.get(args.command, "run it again")
         print(f"structinit {args.command}: interrupted; {again}", file=sys.stderr)
         return 130
-
-
-def format_warning(message, category, filename, lineno, line=None) -> str:  # type: ignore[no-untyped-def]
-    """structinit's own warnings as the command shows them, one line (`structinit: note: ...` for a
-    Notice); those of other libraries as Python does."""
-    if not Path(filename).resolve().is_relative_to(PACKAGE):
-        return _format_warning(message, category, filename, lineno, line)
-    kind = "note" if issubclass(category, Notice) else "warning"
-    return f"structinit: {kind}: {first_line(message)}\n"
 
 
 def _interrupt(signum: int, frame: object) -> None:
