@@ -254,11 +254,11 @@ EXTRAS = {"matplotlib": "train", "sklearn": "train", "tensorboard": "log", "wand
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    warnings.formatwarning = one_line_warning
     if getattr(args, "out", None) == "":  # Path("") is the current directory
         return fail(args.command, "--out is empty: name where to write, e.g. --out runs/mine")
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)  # kill: cleaned up and reported as Ctrl-C is
+    shown, warnings.formatwarning = warnings.formatwarning, one_line_warning  # the command's warnings: one line
     try:
         return COMMANDS[args.command](args)
     except (ValueError, TypeError, RunError) as error:
@@ -275,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
         again = AFTER_INTERRUPT.get(args.command, "run it again")
         print(f"structinit {args.command}: interrupted; {again}", file=sys.stderr)
         return 130
+    finally:
+        warnings.formatwarning = shown
 
 
 def _interrupt(signum: int, frame: object) -> None:
