@@ -47,7 +47,8 @@ from structinit.inits.labels import InitSpec, split_top_level
 from structinit.inspection.scale import head_qk_norms
 from structinit.training import TrainConfig
 from structinit.training.device import Dist, prefer_math_attention, resolve_amp, resolve_device
-from structinit.training.recipe import create_optimizer, create_schedule, evaluate, model_of
+from structinit.training.optimizer import create_optimizer, create_schedule
+from structinit.training.recipe import evaluate, model_of
 
 # the paper's bundle on the authors' base, and the init of the code behind the paper's sin-cos tables: the Q/K
 # alone on PyTorch's base, as sharp as that code's solve makes them on this model (0.41: iclr_impulse.py)

@@ -72,7 +72,7 @@ def test_config_file_sits_between_the_preset_and_the_flags(tmp_path):
         ("lr: 0.1\nlearning_rate: 2\n", "unknown setting(s) learning_rate; the settings are "),
         ("- a\n- b\n", "expected a mapping of settings (a run's config.yaml), got list"),
         ("lr: [1,\n", "not valid YAML"),
-        ("epochs: 0\n", "--epochs must be >= 1, got 0"),
+        ("epochs: 0\n", ": epochs must be >= 1, got 0"),
     ],
 )
 def test_bad_config_files_fail_in_one_line(tmp_path, capsys, text, message):

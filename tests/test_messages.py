@@ -180,7 +180,7 @@ def limited_file_size(limit: int):
 )
 def test_a_file_size_limit_inside_torch_save_is_one_line(tmp_path, flags, written):
     out = tmp_path / "run"
-    command = [sys.executable, "-m", "structinit", "train", *FLAGS, *flags, "--out", str(out)]
+    command = [sys.executable, "-m", "structinit", "train", *FLAGS, *flags, "--warmup-epochs", "0", "--out", str(out)]
     process = subprocess.run(command, stderr=subprocess.PIPE, text=True, preexec_fn=limited_file_size(60_000))
     assert process.returncode == 2, process.stderr
     assert process.stderr.splitlines() == [f"structinit train: error: cannot write {out / written}: File too large"]

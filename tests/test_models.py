@@ -81,7 +81,9 @@ def test_unsupported_model_lists_the_supported_families():
 
 
 def test_kernel_larger_than_the_grid():
-    with pytest.raises(ValueError, match=r"kernel_size 9 does not fit the 8x8 token grid: use a kernel of at most 8"):
+    fits = r"build the model with patch_size=3 for 10x10 tokens \(--model-kwargs patch_size=3\), or use a kernel_size "
+    fits += "of at most 7"
+    with pytest.raises(ValueError, match=r"kernel_size 9 does not fit the 8x8 token grid: " + fits):
         structinit.initialize(small_vit(), "impulse", kernel_size=9)
 
 

@@ -213,7 +213,7 @@ def test_gpu_table5_at_init_reports_each_inits_attention_and_head_qk_norm_untrai
 def test_gpu_table5_minutes_fits_the_epochs_to_the_budget_and_stretches_the_schedules_past_warm_up():
     table5 = load_benchmark("gpu_table5")
     from structinit.training import TrainConfig
-    from structinit.training.recipe import create_optimizer, create_schedule
+    from structinit.training.optimizer import create_optimizer, create_schedule
 
     config = TrainConfig(**table5.RECIPE, data="digits", model="vit_w256_d8_p2_gap_sincos", init="timm")
     member = types.SimpleNamespace(optimizer=create_optimizer(torch.nn.Linear(2, 2), config, torch.device("cpu")))

@@ -75,7 +75,7 @@ def test_existing_runs_are_not_overwritten_and_resume_needs_a_checkpoint(tmp_pat
     assert main(args) == 0
     assert "finished: test top-1" in capsys.readouterr().out
     assert main(args) == 2
-    assert "already holds a run: use --resume" in capsys.readouterr().err
+    assert "already holds a run: it is finished (1 epoch): --resume --epochs N" in capsys.readouterr().err
     assert main(["train", "--resume", "--out", str(tmp_path / "none")]) == 2
     assert "--resume: there is no run in" in capsys.readouterr().err
 

@@ -1,10 +1,21 @@
-"""The error of a run that cannot go on as asked, and quoting another error or a value in one line."""
+"""The error of a run that cannot go on as asked, the notice of what it chose, and quoting another
+error or a value in one line."""
 
 import re
+import warnings
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent
+_format_warning = warnings.formatwarning
 
 
 class RunError(RuntimeError):
     """A run cannot go on as asked; the message says why and what to do, in one line."""
+
+
+class Notice(UserWarning):
+    """What the tool chose for the user, or will do that they may not expect (a warning: the command
+    shows it as one line, `structinit: note: ...`)."""
 
 
 def first_line(error: BaseException) -> str:
@@ -17,3 +28,12 @@ def quoted(value: object, limit: int = 80) -> str:
     """A value's repr as a one-line message quotes it: cut to `limit` characters (a file can hold a long list)."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def one_line_warning(message, category, filename, lineno, line=None) -> str:  # type: ignore[no-untyped-def]
+    """warnings.formatwarning for the command and its workers: structinit's own warnings as one line
+    (`structinit: note: ...` for a Notice), those of other libraries as Python shows them."""
+    if not Path(filename).resolve().is_relative_to(PACKAGE):
+        return _format_warning(message, category, filename, lineno, line)
+    kind = "note" if issubclass(category, Notice) else "warning"
+    return f"structinit: {kind}: {first_line(message)}\n"

@@ -54,6 +54,20 @@ PRESETS: dict[str, tuple[str | Callable[..., nn.Module], dict[str, Any]]] = {
     "mixer_d6_p4": (MlpMixer, dict(img_size=32, patch_size=4, num_blocks=6, embed_dim=192)),
 }
 
+# presets whose patch follows the data: the largest that leaves GRID x GRID tokens or more (8 px: patch 1;
+# 32 px: 4), the grid at which the preset's 16-wide heads reach their impulse maps (docs/training.md)
+PATCH_FOLLOWS_DATA = ("vit_digits",)
+GRID = 8
+
+
+def patch_for(name: str, data_size: int | None, kwargs: dict[str, Any]) -> int | None:
+    """The patch `create_model` gives preset `name` for images of `data_size` px: for a preset of
+    PATCH_FOLLOWS_DATA whose patch `kwargs` leaves open, the largest that makes at least GRID tokens a
+    side (between GRID and 2 GRID - 1 of them); None: the preset's or the model's own."""
+    if name not in PATCH_FOLLOWS_DATA or data_size is None or "patch_size" in kwargs:
+        return None
+    return max(1, data_size // GRID)
+
 
 # timm.create_model keywords that load weights or configs from files or the hub: a config.yaml or a
 # run directory that sets them could run code (older timm unpickles with weights_only=False)
@@ -81,8 +95,9 @@ def create_model(
     name: str, *, num_classes: int, in_chans: int, data_size: int | None, drop_path: float = 0.0, **kwargs: Any
 ) -> nn.Module:
     """timm.create_model for a preset or any timm name; ViT-family models get `img_size=data_size`
-    (the in-memory images' size) unless `kwargs` sets img_size. `pos_embed="sincos"` gives a ViT a
-    fixed (frozen) 2-D sin-cos position table, which every init leaves as it is."""
+    (the images' size) unless `kwargs` sets img_size, and vit_digits its patch for it (patch_for).
+    `pos_embed="sincos"` gives a ViT a fixed (frozen) 2-D sin-cos position table, which every init
+    leaves as it is."""
     return _create(
         name, num_classes=num_classes, in_chans=in_chans, data_size=data_size, drop_path=drop_path, **kwargs
     )[0]
@@ -95,6 +110,9 @@ def _create(
     check_model_kwargs(kwargs)
     arch, preset_kwargs = PRESETS.get(name, (name, {}))
     options = {**preset_kwargs, **kwargs, "num_classes": num_classes, "in_chans": in_chans}
+    patch = patch_for(name, data_size, kwargs)
+    if patch is not None:
+        options["patch_size"] = patch
     if drop_path:
         options["drop_path_rate"] = drop_path
     if data_size is not None and _takes_img_size(arch):
@@ -133,6 +151,22 @@ def constructor(model: nn.Module, kwargs: dict[str, Any] | None = None, preset: 
     if preset is not None:
         built["preset"] = preset
     return built
+
+
+def preset_size(name: str) -> str:
+    """Preset `name`'s size, read off it built on the meta device (no memory, no init): its tokens at
+    its image size (ConvMixer has none: 32 px, the study's), patch, width, depth and heads."""
+    kwargs = PRESETS[name][1]
+    with torch.device("meta"):
+        model = create_model(name, num_classes=10, in_chans=3, data_size=None)
+    size, patch = to_2tuple(kwargs.get("img_size", 32))[0], kwargs["patch_size"]
+    blocks = getattr(model, "blocks", None)
+    depth = len(blocks) if blocks is not None else sum(len(stage.blocks) for stage in model.layers)
+    heads = sorted({m.num_heads for m in model.modules() if isinstance(getattr(m, "num_heads", None), int)})
+    shown = "-".join(map(str, heads)) + " heads" if heads else "no attention"
+    follows = f"; other sizes: the patch for {GRID}x{GRID} tokens or more" if name in PATCH_FOLLOWS_DATA else ""
+    tokens = f"{(size // patch) ** 2} tokens at {size} px (patch {patch}{follows})"
+    return f"{tokens}, width {model.num_features}, depth {depth}, {shown}"
 
 
 def _fix_sincos_position_table(model: nn.Module) -> None:

@@ -11,17 +11,27 @@ Offset = tuple[int, int]
 _AUTHORS_3X3 = [(0, 0), (-1, 0), (0, 1), (0, -1), (1, 0), (-1, -1), (-1, 1), (1, -1), (1, 1)]
 
 
-def check_kernel_size(kernel_size: int, grid: tuple[int, int]) -> None:
-    """Raise ValueError unless `kernel_size` is an odd integer >= 1 that fits inside `grid`."""
+def check_kernel_size(kernel_size: int, grid: tuple[int, int], patch: int | None = None) -> None:
+    """Raise ValueError unless `kernel_size` is an odd integer >= 1 that fits inside `grid`; the
+    message names the largest kernel that fits and, given the model's `patch`, a patch that fits the
+    kernel (a grid of about 8 x 8 tokens or more)."""
     if isinstance(kernel_size, bool) or not isinstance(kernel_size, int):
         raise TypeError(f"kernel_size must be an odd int (3 or 5 in the paper), got {kernel_size!r}")
     if kernel_size < 1 or kernel_size % 2 == 0:
         raise ValueError(f"kernel_size must be odd and >= 1 (3 or 5 in the paper), got {kernel_size}")
     if kernel_size > min(grid):
-        raise ValueError(
-            f"kernel_size {kernel_size} does not fit the {grid[0]}x{grid[1]} token grid: "
-            f"use a kernel of at most {min(grid)} (odd), or a model with more patches"
-        )
+        largest = min(grid) - 1 + min(grid) % 2
+        fix = f"kernel_size {largest}" if largest == 1 else f"a kernel_size of at most {largest}"
+        side = min(grid) * patch if patch else None
+        smaller = max(1, side // max(8, kernel_size)) if side else None
+        if smaller and smaller < patch and side // smaller >= kernel_size:
+            fix = (
+                f"build the model with patch_size={smaller} for {side // smaller}x{side // smaller} tokens "
+                f"(--model-kwargs patch_size={smaller}), or use {fix}"
+            )
+        else:
+            fix = f"use {fix}, or a model with more patches"
+        raise ValueError(f"kernel_size {kernel_size} does not fit the {grid[0]}x{grid[1]} token grid: {fix}")
 
 
 def kernel_offsets(kernel_size: int, order: str = "raster") -> list[Offset]:

@@ -7,15 +7,18 @@ import json
 import signal
 import sys
 import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
+from ..errors import RunError, one_line_warning
 from ..files import refuse_link
 from ..inits.api import check_seed
 from ..inits.labels import DEFAULT, InitSpec, parse_assignments, split_top_level
-from ..models import PRESETS
+from ..models import PRESETS, preset_size
 from ..studies.launch import Cluster
-from ..training.settings import TrainConfig, flag, int_list
+from ..training.setting import flag, int_list
+from ..training.settings import TrainConfig
 from .parser import build_parser, train_config, train_values
 
 FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
@@ -23,8 +26,8 @@ FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
 
 def run_train(args: argparse.Namespace) -> int:
     from ..training.device import distributed_processes
+    from ..training.presets import load_preset
     from ..training.run import print_summary, resume_config, train
-    from ..training.settings import load_preset
 
     if args.resume:
         if args.config:
@@ -249,13 +252,12 @@ EXTRAS = {"matplotlib": "train", "sklearn": "train", "tensorboard": "log", "wand
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..errors import RunError
-
     args = build_parser().parse_args(argv)
     if getattr(args, "out", None) == "":  # Path("") is the current directory
         return fail(args.command, "--out is empty: name where to write, e.g. --out runs/mine")
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)  # kill: cleaned up and reported as Ctrl-C is
+    shown, warnings.formatwarning = warnings.formatwarning, one_line_warning  # the command's warnings: one line
     try:
         return COMMANDS[args.command](args)
     except (ValueError, TypeError, RunError) as error:
@@ -272,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         again = AFTER_INTERRUPT.get(args.command, "run it again")
         print(f"structinit {args.command}: interrupted; {again}", file=sys.stderr)
         return 130
+    finally:
+        warnings.formatwarning = shown
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -296,7 +300,8 @@ def supported_models(markdown: bool = False) -> str:
         catalogue.text(rows),
         "presets for small images (give the size: structinit init NAME --model-kwargs img_size=32):",
     ]
-    lines += [f"  {name}" for name in PRESETS]
+    width = max(map(len, PRESETS))
+    lines += [f"  {name:<{width}}  {preset_size(name)}" for name in PRESETS]
     return "\n".join(lines)
 
 

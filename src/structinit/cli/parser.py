@@ -8,9 +8,17 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..inits.labels import VARIANTS
+from ..inits.registry import METHODS
 from ..studies.launch import CLUSTERS
-from ..training.settings import INIT_HELP, SETTINGS, Setting, TrainConfig, flag
+from ..training.setting import GROUPS, Setting, flag
+from ..training.settings import SETTING_DEFAULTS, SETTINGS, TrainConfig
 
+INIT_HELP = (
+    f"init label: a method ({', '.join(sorted(METHODS))}), a variant ({', '.join(VARIANTS)}), "
+    "'default' (the model as constructed), or any of them with options in brackets, e.g. "
+    "impulse[target_fidelity=0.9,kernel_size=5] (structinit init --list-options)"
+)
 # `train --filters`, for ConvMixer: the init label each choice stands for
 FILTERS = {
     "trained": "default",
@@ -39,13 +47,32 @@ def add_removed_flags(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(name, action=_Removed, help=argparse.SUPPRESS)
 
 
+class _Formatter(argparse.HelpFormatter):
+    """argparse's help, each flag that takes a value with its default at the end unless it says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        help = action.help or ""
+        if action.option_strings and action.nargs != 0 and "default" not in help:
+            help += " (default: none)" if action.default is None else " (default: %(default)s)"
+        return help
+
+
+# the common flags: a usage line that fits (argparse's own lists every flag)
+USAGE = "structinit train [DIR] [--data SPEC] [--model NAME] [--init LABEL] [--out DIR] [options]"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="structinit", description="The `structinit` command.")
     parser.add_argument("--version", action="version", version=f"structinit {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_subparser)
     add_init_command(commands)
 
-    train = commands.add_parser("train", help="train one model (timm recipe); torchrun for several processes")
+    train = commands.add_parser(
+        "train",
+        help="train one model (timm recipe); torchrun for several processes",
+        usage=USAGE,
+        add_help=False,
+    )
     add_train_arguments(train)
 
     add_compare_command(commands)
@@ -62,13 +89,20 @@ def build_parser() -> argparse.ArgumentParser:
     upgrade.add_argument("checkpoints", nargs="+", help="last.pt files")
 
     demo = commands.add_parser(
-        "demo", help="the main job: timm vs mimetic vs impulse vs impulse-soft init on the embedded digits"
+        "demo",
+        help="the main job: timm vs mimetic vs impulse vs impulse-soft init on the embedded digits",
+        description="Train the default ViT on the embedded 8x8 digits from four inits (timm, mimetic, impulse, "
+        "impulse-soft), tabulate them and draw their attention maps at init and trained.",
     )
-    demo.add_argument("--out", default="runs/demo")
-    demo.add_argument("--epochs", type=int, default=30)
-    demo.add_argument("--seeds", default="0")
-    demo.add_argument("--quiet", action="store_true")
+    demo.add_argument("--out", default="runs/demo", help="directory of the runs, tables and figures")
+    demo.add_argument("--epochs", type=int, default=30, help="epochs of every run")
+    demo.add_argument("--seeds", default="0", help="comma-separated seeds: each init trained once per seed")
+    demo.add_argument("--quiet", action="store_true", help="no progress bars or lines")
     return parser
+
+
+def _subparser(**kwargs: Any) -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(formatter_class=_Formatter, **kwargs)
 
 
 def add_init_command(commands: argparse._SubParsersAction) -> None:
@@ -84,7 +118,7 @@ def add_init_command(commands: argparse._SubParsersAction) -> None:
         "--list-options", action="store_true", help="print every init method's options: type, default, meaning"
     )
     init.add_argument("--init", "--method", default="impulse", help=INIT_HELP)
-    init.add_argument("--seed", type=int, default=0)
+    init.add_argument("--seed", type=int, default=0, help="seed of the weights the init draws and timm's")
     init.add_argument("--teacher", help="the larger model of --init select: a timm name, a weights file or a run")
     init.add_argument("--model-kwargs", help="timm.create_model keywords, e.g. img_size=32,patch_size=4,num_heads=12")
     add_removed_flags(init)
@@ -99,11 +133,19 @@ def add_init_command(commands: argparse._SubParsersAction) -> None:
 
 
 def add_compare_command(commands: argparse._SubParsersAction) -> None:
-    grid = commands.add_parser("compare", help="train a grid of inits x seeds (x subset sizes) and tabulate it")
-    add_train_arguments(grid, grid=True)
-    grid.add_argument("--inits", default="timm,mimetic,impulse", help="comma-separated init labels; " + INIT_HELP)
-    grid.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
-    grid.add_argument(
+    grid = commands.add_parser(
+        "compare",
+        help="train a grid of inits x seeds (x subset sizes) and tabulate it",
+        description="Train the same model and recipe from several inits and seeds (and subset sizes), "
+        "each run in OUT/, then tabulate and plot them.",
+        usage="structinit compare [DIR] [--data SPEC] [--model NAME] [--inits LABELS] [--seeds S,S] [options]",
+        add_help=False,
+    )
+    groups = add_train_arguments(grid, grid=True)
+    common, run = groups["common"].add_argument, groups["run"].add_argument
+    common("--inits", default="timm,mimetic,impulse", help="comma-separated init labels (see train --help)")
+    common("--seeds", default="0,1,2", help="comma-separated seeds")
+    common(
         "--parallel",
         "--jobs",
         type=int,
@@ -111,15 +153,13 @@ def add_compare_command(commands: argparse._SubParsersAction) -> None:
         metavar="K",
         help="K runs at once, each in its own process (on several GPUs: spread over them)",
     )
-    grid.add_argument(
+    run(
         "--threads",
         type=int,
         metavar="T",
         help="torch threads per run (default: the cores / K); a CPU grid repeats bit for bit at the same T",
     )
-    grid.add_argument(
-        "--rerun", action="store_true", help="train again (from scratch) run directories made with another recipe"
-    )
+    run("--rerun", action="store_true", help="train again (from scratch) run directories made with another recipe")
     jobs = grid.add_argument_group("cluster jobs (through submitit: pip install 'structinit[cluster]')")
     jobs.add_argument(
         "--cluster",
@@ -147,37 +187,57 @@ def add_target_arguments(parser: argparse.ArgumentParser, images: int, out: str)
     add("--at-init", action="store_true", help="for a run: the model at init, not after training")
     add("--init", default="impulse", help="for a model name: an init label (see train --init)")
     add("--model-kwargs", help="for a model name: timm.create_model keywords")
-    add("--seed", type=int, default=0)
+    add("--seed", type=int, default=0, help="for a model name: the seed of its init")
     add("--out", default=out, help=f"PNG to write (default {out})")
 
 
-def add_train_arguments(parser: argparse.ArgumentParser, grid: bool = False) -> None:
+def add_train_arguments(parser: argparse.ArgumentParser, grid: bool = False) -> dict[str, Any]:
     """Flags of `train`, one per setting TrainConfig declares with a flag, and of `compare` (`grid`: lists
-    of subset sizes; the init and seed come from --inits/--seeds): None means the preset's value or
-    the default. `train` has --filters beside --init and --model-ema beside --ema-decay."""
-    add = parser.add_argument
-    add("-c", "--config", metavar="FILE", help="YAML of settings, the keys of a run's config.yaml; flags override it")
+    of subset sizes; the init and seed come from --inits/--seeds), each in its --help section (GROUPS,
+    the common ones first); returns the sections. None means the preset's value or the default. `train`
+    has --filters beside --init, --model-ema beside --ema-decay and --input-size beside --img-size."""
+    groups = {key: parser.add_argument_group(title) for key, title in GROUPS.items()}
+    common = groups["common"].add_argument
+    common("-h", "--help", action="help", help="show this help and exit")
+    parser.add_argument("folder", nargs="?", metavar="DIR", help="an image folder: the same as --data imagefolder:DIR")
+    common("-c", "--config", metavar="FILE", help="YAML of settings; flags override it")
     add_removed_flags(parser)
     for name, about in SETTINGS.items():
+        add = groups[about.group].add_argument
         if grid and name in GRID_FLAGS:
             add(*GRID_FLAGS[name][0], **GRID_FLAGS[name][1])
         elif about.flag and (about.grid or not grid):
-            add(*setting_flags(name, about), **setting_arguments(TrainConfig.__dataclass_fields__[name].type, about))
+            add(*setting_flags(name, about), **setting_arguments(name, about))
         if name == "init" and not grid:
-            add(
+            groups["model"].add_argument(
                 "--filters",
                 choices=sorted(FILTERS),
                 help="ConvMixer, instead of --init: trained (learned from the default init), or frozen at "
                 "random (the default init), impulse (one-hot) or box (all 1/f^2) values",
             )
+        if name == "img_size":
+            add(
+                "--input-size",
+                nargs=3,
+                type=int,
+                metavar=("C", "H", "W"),
+                help="timm's form of --img-size: C H W, square (H = W); C is the data's channels",
+            )
         if name == "ema_decay":
             add("--model-ema", action="store_true", help=f"keep an EMA of the weights (decay {EMA_DECAY} unless given)")
+    return groups
 
 
 # the settings `compare` takes as its own flags: the subset sizes it goes through, the grid's directory
 GRID_FLAGS = {
-    "per_class": (("--per-class",), {"help": "comma-separated subset sizes per class, e.g. 100,200,500"}),
-    "out": (("--out", "--output"), {"default": "runs/compare", "help": "directory of the grid's runs and results"}),
+    "per_class": (
+        ("--per-class",),
+        {"help": "comma-separated subset sizes per class, e.g. 100,200,500 (default: all images)"},
+    ),
+    "out": (
+        ("--out", "--output"),
+        {"default": "runs/compare", "metavar": "DIR", "help": "directory of the grid's runs and results"},
+    ),
 }
 
 
@@ -187,16 +247,21 @@ def setting_flags(name: str, about: Setting) -> list[str]:
     return [*short, flag(name), *(a for a in about.aliases if a.startswith("--"))]
 
 
-def setting_arguments(declared: str, about: Setting) -> dict[str, Any]:
-    """argparse's keywords for a setting of the `declared` type: bool settings are switches, numbers
-    are typed, text and the rest (parsed by the setting's `parse`) are strings; absent means None."""
+def setting_arguments(name: str, about: Setting) -> dict[str, Any]:
+    """argparse's keywords for setting `name`: bool settings are switches, numbers are typed, text and
+    the rest (parsed by the setting's `parse`) are strings; absent means None. Its help ends with its
+    default unless it says the default itself."""
+    declared = TrainConfig.__dataclass_fields__[name].type
     base = declared.partition(" | ")[0]
     arguments: dict[str, Any] = {"help": about.help}
     if base == "bool":
         switch = argparse.BooleanOptionalAction if declared == "bool | None" else "store_true"  # None: by device
         return {**arguments, "action": switch, "default": None}
+    if "default" not in about.help:
+        arguments["help"] = f"{about.help} (default: {shown_default(SETTING_DEFAULTS[name])})"
     if base in ("int", "float"):
         arguments["type"] = int if base == "int" else float
+        arguments["metavar"] = "N" if base == "int" else "X"
     if about.metavar:
         arguments["metavar"] = about.metavar
     if about.choices:
@@ -204,9 +269,16 @@ def setting_arguments(declared: str, about: Setting) -> dict[str, Any]:
     return arguments
 
 
+def shown_default(value: Any) -> str:
+    """A default as --help shows it: lists as the flag takes them, nothing given as 'none'."""
+    if value is None or value in ([], {}):
+        return "none"
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
 def train_values(args: argparse.Namespace) -> dict[str, Any]:
     """The training settings given on the command line (not the preset's or the defaults)."""
-    values = {}
+    values = {**data_values(args)}
     for name, about in SETTINGS.items():
         value = getattr(args, name, None)
         if value is None or name == "preset" or (name == "per_class" and isinstance(value, str)):
@@ -218,6 +290,24 @@ def train_values(args: argparse.Namespace) -> dict[str, Any]:
         if args.init:
             raise ValueError("--filters and --init both set the init: give one")
         values["init"] = FILTERS[args.filters]
+    return values
+
+
+def data_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings of the positional DIR (--data imagefolder:DIR) and of --input-size (--img-size)."""
+    values: dict[str, Any] = {}
+    if getattr(args, "folder", None):
+        if args.data is not None:
+            raise ValueError(f"DIR {args.folder} and --data {args.data} both name the data: give one")
+        values["data"] = f"imagefolder:{args.folder}"
+    if getattr(args, "input_size", None):
+        _, height, width = args.input_size
+        if height != width or (args.img_size is not None and args.img_size != height):
+            shown = " ".join(map(str, args.input_size))
+            raise ValueError(
+                f"--input-size {shown}: images are resized square; give one size, e.g. --img-size {height}"
+            )
+        values["img_size"] = height
     return values
 
 

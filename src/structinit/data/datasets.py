@@ -7,6 +7,7 @@ the training device. Larger images stream through timm's transforms and DataLoad
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from dataclasses import dataclass
@@ -110,21 +111,32 @@ def load_data(
     subset_seed: int = 0,
     val_per_class: int | None = None,
     classes: list[str] | None = None,
+    img_size: int | None = None,
+    num_classes: int | None = None,
 ) -> TensorData | StreamData:
     """Load a dataset by its --data spec, with an optional stratified training subset and an optional
     stratified validation split of `val_per_class` training images per class, disjoint from it;
-    `classes`: only those classes (by name, labelled in the data's order)."""
+    `classes`: only those classes (by name, labelled in the data's order); `img_size`: every image
+    resized to that size as it is loaded (images streamed from files: by the model's transforms);
+    `num_classes`: the classes the data must have."""
     name, path = parse_spec(spec)
     if name == "digits":
         data = _digits()
     elif path is not None:
-        data = _imagefolder(name, path, cache_dir)
+        data = _imagefolder(name, path, cache_dir, img_size)
     elif name in IN_MEMORY_SETS:
         data = _torchvision_arrays(name, Path(root), download)
     else:
         data = _torchvision_stream(name, Path(root), download)
     if classes:
         data = only_classes(data, classes, spec)
+    if num_classes is not None and num_classes != data.num_classes:
+        raise ValueError(
+            f"--num-classes {num_classes}: --data {spec} has {data.num_classes} classes; leave --num-classes out "
+            "(the data sets the classifier's classes), or choose classes with --classes"
+        )
+    if img_size is not None and isinstance(data, TensorData):
+        data = resized(data, img_size)
     if len(torch.unique(data.train_labels)) < 2:
         raise ValueError(f"--data {spec}: one class ({', '.join(data.classes)}); a classifier needs two or more")
     keep, val = stratified_split(
@@ -164,7 +176,7 @@ def _digits() -> TensorData:
     return TensorData("digits", images[train_idx], labels[train_idx], images[test_idx], labels[test_idx], classes)
 
 
-def _imagefolder(name: str, path: Path, cache_dir: str | Path | None) -> TensorData | StreamData:
+def _imagefolder(name: str, path: Path, cache_dir: str | Path | None, img_size: int | None) -> TensorData | StreamData:
     train_dir, test_dir = split_dirs(path)
     train_files, train_labels, classes = list_images(train_dir)
     test_files, test_labels, _ = list_images(test_dir, classes)
@@ -172,15 +184,35 @@ def _imagefolder(name: str, path: Path, cache_dir: str | Path | None) -> TensorD
     train_digests = file_digests(train_dir, train_files, cache_dir)
     test_digests = file_digests(test_dir, test_files, cache_dir)
     check_distinct(train_files, train_digests, test_files, test_digests)
-    probe = open_image(train_files[0])
-    if max(probe.size) > SMALL_IMAGE_PX:
+    size = (img_size, img_size) if img_size else open_image(train_files[0]).size
+    if max(size) > SMALL_IMAGE_PX:
         train = ImageFiles(train_files, train_labels, classes, train_digests)
         test = ImageFiles(test_files, test_labels, classes, test_digests)
         return StreamData(name, train, test, torch.tensor(train_labels), list(classes))
-    train_images = decode_cached(train_files, train_digests, probe.size, train_files[0], cache_dir)
-    test_images = decode_cached(test_files, test_digests, probe.size, train_files[0], cache_dir)
+    sized_as = None if img_size else train_files[0]
+    train_images = decode_cached(train_files, train_digests, size, sized_as, cache_dir)
+    test_images = decode_cached(test_files, test_digests, size, sized_as, cache_dir)
     return TensorData(
         name, train_images, torch.tensor(train_labels), test_images, torch.tensor(test_labels), list(classes)
+    )
+
+
+def resized(data: TensorData, size: int) -> TensorData:
+    """The data with every image resized to `size` x `size` (bicubic, antialiased, as PIL resizes)."""
+    if data.image_shape[1:] == (size, size):
+        return data
+
+    def resize(images: torch.Tensor | None) -> torch.Tensor | None:
+        if images is None:
+            return None
+        scaled = torch.nn.functional.interpolate(images.float(), (size, size), mode="bicubic", antialias=True)
+        return scaled.round().clamp(0, 255).to(torch.uint8)
+
+    return dataclasses.replace(
+        data,
+        train_images=resize(data.train_images),
+        test_images=resize(data.test_images),
+        val_images=resize(data.val_images),
     )
 
 

@@ -163,12 +163,17 @@ class ImageFiles(torch.utils.data.Dataset):
 
 
 def decode_cached(
-    files: list[Path], digests: list[str], size: tuple[int, int], sized_as: Path, cache_dir: str | Path | None
+    files: list[Path],
+    digests: list[str],
+    size: tuple[int, int],
+    sized_as: Path | None,
+    cache_dir: str | Path | None,
 ) -> torch.Tensor:
-    """Decode images of `size` (the size of `sized_as`, named if one differs) into a uint8 (N, 3, H, W)
-    tensor, cached under `cache_dir` by the files' content digests. A cache file that is damaged, or of
-    another shape, is decoded again and replaced."""
-    key = hashlib.sha1("\n".join(digests).encode()).hexdigest()[:16]
+    """Decode images of `size` (the size of `sized_as`, named if one differs; None: each image resized
+    to `size`, --img-size) into a uint8 (N, 3, H, W) tensor, cached under `cache_dir` by the files'
+    content digests. A cache file that is damaged, or of another shape, is decoded again and replaced."""
+    resized = "" if sized_as else f"\nresized to {size}"
+    key = hashlib.sha1(("\n".join(digests) + resized).encode()).hexdigest()[:16]
     cache = cache_folder(cache_dir) / f"images-{key}.pt"
     shape = (len(files), 3, size[1], size[0])
     if cache.is_file():
@@ -185,10 +190,13 @@ def decode_cached(
     bar = tqdm(files, desc=f"decoding {files[0].parents[1].name}", unit="img", leave=False, disable=None)
     for i, f in enumerate(bar):
         image = open_image(f)
-        if image.size != size:
+        if image.size != size and sized_as is None:
+            image = image.resize(size, Image.BICUBIC)
+        elif image.size != size:
             raise ValueError(
                 f"image {f} is {image.size[0]}x{image.size[1]} but {sized_as} is {size[0]}x{size[1]}: images up to "
-                f"{SMALL_IMAGE_PX} px are held in memory and must share one size; resize them"
+                f"{SMALL_IMAGE_PX} px are held in memory and must share one size; pass --img-size {size[0]} to "
+                "resize them as they are loaded"
             )
         out[i] = torch.from_numpy(np.array(image)).permute(2, 0, 1)
     cache.parent.mkdir(parents=True, exist_ok=True)

@@ -137,7 +137,8 @@ def _initialize(
         )
     init = family.methods[method]
     resolved = _resolve(init.options, method, given)
-    check_kernel_size(kernel_size, adapter.grid)
+    proj = adapter.patch_projection() if hasattr(adapter, "patch_projection") else None  # not Swin's, Mixer's
+    check_kernel_size(kernel_size, adapter.grid, proj.stride[0] if proj is not None else None)
     if init.check is not None:  # every refusal before the first write
         init.check(adapter, resolved)
     start = time.perf_counter()

@@ -32,7 +32,9 @@ def load_target(
     run = Path(target)
     if (run / "config.yaml").exists():
         config = read_config(run / "config.yaml")
-        dataset = load_data(data or config.data, root=config.data_root, cache_dir=config.cache_dir)
+        dataset = load_data(
+            data or config.data, root=config.data_root, cache_dir=config.cache_dir, img_size=config.img_size
+        )
         model, _ = model_of(config, dataset)
         state = "at initialisation"
         if not at_init:

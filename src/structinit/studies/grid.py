@@ -28,7 +28,8 @@ from ..training.lock import RunLock
 from ..training.ownership import clear_run, written_by_a_run
 from ..training.record import MetricsLog, RunError
 from ..training.run import train
-from ..training.settings import TrainConfig, flag
+from ..training.setting import flag
+from ..training.settings import TrainConfig
 from .launch import Cluster, LocalJob, local_workers, new_processes_ignore_signals, run_on_cluster
 from .results import REPORT_FIX, collect, write_results
 
@@ -93,10 +94,17 @@ RESULT_FILES = ("results.csv", "results.md", "curves.png", "summary.png")
 
 
 def _check_grid_directory(out: Path) -> None:
-    """Refuse to write a grid's results over files of those names in a directory that holds no grid,
-    and a link where the grid writes them (or its jobs/): it would write outside the grid."""
+    """Refuse a run's directory (the grid would write its runs and tables into it), files of the
+    results' names in a directory that holds no grid, and a link where the grid writes them (or its
+    jobs/): it would write outside the grid."""
     if out.exists() and not out.is_dir():
         raise RunError(f"--out {out} is a file: give a directory for the grid")
+    held = [name for name in ("config.yaml", "last.pt", "metrics.jsonl") if (out / name).exists()]
+    if held:
+        raise RunError(
+            f"--out {out} is a run's directory (it holds {', '.join(held)}): give the grid a directory of its own, "
+            f"e.g. --out {out.with_name(out.name + '-grid')}"
+        )
     for name in (*RESULT_FILES, "jobs"):
         refuse_link(out / name)
     present = [name for name in RESULT_FILES if (out / name).exists()]

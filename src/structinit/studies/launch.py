@@ -14,6 +14,7 @@ import shutil
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..errors import RunError
+from ..errors import RunError, one_line_warning
 
 if TYPE_CHECKING:
     from ..training.settings import TrainConfig
@@ -133,7 +134,7 @@ def local_workers(count: int) -> tuple[ProcessPoolExecutor, Any]:
     event that tells them the grid is stopping. Submit to it under `new_processes_ignore_signals`."""
     context = multiprocessing.get_context("spawn")
     stop = context.Event()
-    return ProcessPoolExecutor(count, mp_context=context, initializer=_keep_stop_event, initargs=(stop,)), stop
+    return ProcessPoolExecutor(count, mp_context=context, initializer=_start_worker, initargs=(stop,)), stop
 
 
 @contextlib.contextmanager
@@ -156,9 +157,11 @@ _STOP: Any = None  # in a --parallel worker: the grid's event that it is stoppin
 _STOPPED: list[int] = []  # the signal that stopped this worker's run
 
 
-def _keep_stop_event(stop: Any) -> None:
+def _start_worker(stop: Any) -> None:
+    """A worker keeps the grid's stop event, and shows structinit's warnings as the command does."""
     global _STOP
     _STOP = stop
+    warnings.formatwarning = one_line_warning
 
 
 def _interrupt_once(signum: int, frame: Any) -> None:

@@ -3,7 +3,8 @@ on which device (device.py), its directory (rundir.py: lock, ownership, record, 
 provenance) and the trainer that drives them (run.py)."""
 
 from .config_file import read_config
+from .presets import presets
 from .run import resume_config, train
-from .settings import TrainConfig, presets
+from .settings import TrainConfig
 
 __all__ = ["TrainConfig", "presets", "read_config", "resume_config", "train"]

@@ -3,6 +3,7 @@ today's, damage named in one line."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -10,14 +11,17 @@ from ..errors import RunError
 from ..files import regular_file
 from ..inits.labels import KERNEL_SIZE, InitSpec, with_options
 from .provenance import ENVIRONMENT
+from .setting import check_value
 from .settings import SETTINGS, TrainConfig
 from .settings_yaml import SettingsError, load_yaml, read_settings_text
+
+FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(TrainConfig)}
 
 
 def config_values(values: Any, source: str) -> dict[str, Any]:
     """The settings in a config.yaml (or a checkpoint's copy), ready for TrainConfig: the environment
     record is left out, older versions' `init_kwargs` and `kernel_size` are folded into the init label,
-    and an unknown key fails naming the file."""
+    and an unknown key or a value of the wrong type fails naming the file and the key."""
     if not isinstance(values, dict):
         raise ValueError(f"{source}: expected a mapping of settings (a run's config.yaml), got {type(values).__name__}")
     values = {k: v for k, v in values.items() if k != ENVIRONMENT}
@@ -34,6 +38,11 @@ def config_values(values: Any, source: str) -> dict[str, Any]:
         raise ValueError(
             f"{source}: unknown setting(s) {', '.join(unknown)}; the settings are {', '.join(sorted(known))}"
         )
+    for key, value in values.items():
+        try:
+            check_value(key, FIELD_TYPES[key], SETTINGS[key].bounds, value, shown=key)
+        except ValueError as error:
+            raise ValueError(f"{source}: {error}") from None
     return values
 
 

@@ -8,7 +8,8 @@ import json
 from typing import Any
 
 from ..errors import RunError
-from .settings import SETTING_DEFAULTS, SETTINGS, flag
+from .setting import flag
+from .settings import SETTING_DEFAULTS, SETTINGS
 
 # settings a resumed run may change, those its log records, and those that change what it trains
 RESUMABLE = tuple(name for name, s in SETTINGS.items() if s.resume != "fixed")

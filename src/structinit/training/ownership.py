@@ -62,7 +62,7 @@ def check_fresh(out: Path) -> None:
     checkpoint left only its unfinished work (config, init report, snapshot at init), which is cleared."""
     held = [name for name in RESULTS if (out / name).exists() and (out / name).stat().st_size]
     if "last.pt" in held:
-        raise RunError(f"{out} already holds a run: use --resume to continue it or another --out")
+        raise RunError(f"{out} already holds a run: {resume_hint(out)}; or give another --out")
     if held:
         raise RunError(
             f"{out} holds a run's results ({', '.join(held)}) and no checkpoint to continue from: "
@@ -72,6 +72,21 @@ def check_fresh(out: Path) -> None:
     if config.exists() and not written_by_a_run(config, out):
         raise RunError(f"{config} was not written by a run of this directory: use another --out (it stays as it is)")
     clear_run(out)
+
+
+def resume_hint(out: Path) -> str:
+    """What --resume does with the run in `out` (which has a checkpoint)."""
+    try:
+        count = len(MetricsLog(out).epochs())
+        done = f"{count} epoch{'s' if count != 1 else ''}"
+    except RunError:  # a damaged log: the resume names it
+        done = "its epochs"
+    if (out / "summary.json").exists():
+        return (
+            f"it is finished ({done}): --resume --epochs N, with N above its epochs, trains it further "
+            "(--resume alone prints its summary)"
+        )
+    return f"--resume continues it from its last checkpoint ({done} logged)"
 
 
 def clear_run(out: Path) -> list[Path]:

@@ -1,5 +1,5 @@
-"""What a run trains and how: the model (initialised by structinit), timm's AdamW, cosine schedule with
-warm-up, EMA, mixup/cutmix and loss, under autocast and (with several processes) DDP; one optimiser
+"""What a run trains and how: the model (initialised by structinit), timm's optimiser and lr schedule
+(optimizer.py), EMA, mixup/cutmix and loss, under autocast and (with several processes) DDP; one optimiser
 step; the state a checkpoint keeps."""
 
 from __future__ import annotations
@@ -9,15 +9,15 @@ from typing import Any
 import torch
 from timm.data import Mixup
 from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
-from timm.optim import create_optimizer_v2
-from timm.scheduler import CosineLRScheduler
+from timm.scheduler.scheduler import Scheduler
 from timm.utils import ModelEmaV3
 from torch import nn
 
 from ..data.datasets import StreamData, TensorData
-from ..models import build_model
+from ..models import PRESETS, build_model, patch_for
 from ..report import Report
 from .device import Dist, all_reduce_sum, prefer_math_attention, resolve_amp
+from .optimizer import create_optimizer, create_schedule, optimizer_kernel
 from .settings import TrainConfig
 
 
@@ -47,7 +47,7 @@ class Recipe:
             else None
         )
         self.criterion = SoftTargetCrossEntropy() if mixing else LabelSmoothingCrossEntropy(config.smoothing)
-        self.scheduler: CosineLRScheduler | None = None
+        self.scheduler: Scheduler | None = None
 
     def state(self) -> dict[str, Any]:
         """What a checkpoint keeps of the recipe."""
@@ -69,10 +69,11 @@ class Recipe:
 
     def schedule(self, steps_per_epoch: int, start_epoch: int) -> None:
         """The lr schedule, a function of the step: a resumed run with more epochs or a new lr follows
-        the new one; the optimiser takes this device's AdamW kernel, not the checkpoint's."""
+        the new one; the optimiser takes this device's kernel, not the checkpoint's."""
+        kernel = optimizer_kernel(self.device)
         for group in self.optimizer.param_groups:
             group["initial_lr"] = self.config.lr
-            group.update(adamw_kernel(self.device))
+            group.update({k: v for k, v in kernel.items() if k in group})
         self.steps_per_epoch = steps_per_epoch
         self.scheduler = create_schedule(self.optimizer, self.config, steps_per_epoch)
         if start_epoch:
@@ -104,6 +105,31 @@ class Recipe:
         return self.optimizer.param_groups[0]["lr"]
 
 
+def notices(config: TrainConfig, data: TensorData | StreamData) -> list[str]:
+    """What a run chose for the user, or will do that they may not expect, one line each: the patch
+    of a preset that follows the data, a warm-up as long as the run."""
+    lines = []
+    size = data_size(config, data)
+    patch = patch_for(config.model, size, config.model_kwargs)
+    if patch is not None and patch != PRESETS[config.model][1]["patch_size"]:
+        grid = size // patch
+        lines.append(
+            f"--model {config.model} on {size} px images: patch {patch}, {grid}x{grid} tokens (choose with "
+            "--model-kwargs patch_size=P, or another --model: structinit init --list-models)"
+        )
+    if config.warmup_epochs >= config.epochs:
+        lines.append(
+            f"--warmup-epochs {config.warmup_epochs:g} >= --epochs {config.epochs}: the whole run is warm-up and "
+            f"the lr never reaches --lr {config.lr:g}; give fewer --warmup-epochs"
+        )
+    return lines
+
+
+def data_size(config: TrainConfig, data: TensorData | StreamData) -> int | None:
+    """The side of the images the model is built for: the in-memory images', or --img-size."""
+    return data.image_shape[1] if isinstance(data, TensorData) else config.img_size
+
+
 def model_of(config: TrainConfig, data: TensorData | StreamData) -> tuple[nn.Module, Report]:
     """The run's model, created for the data's classes, channels and image size and initialised;
     returns (model, init report). Seeded, so that it is the same model every time."""
@@ -114,7 +140,7 @@ def model_of(config: TrainConfig, data: TensorData | StreamData) -> tuple[nn.Mod
         config.seed,
         num_classes=data.num_classes,
         in_chans=data.image_shape[0] if in_memory else data.channels,
-        data_size=data.image_shape[1] if in_memory else None,
+        data_size=data_size(config, data),
         drop_path=config.drop_path,
         teacher=config.teacher,
         **config.model_kwargs,
@@ -126,30 +152,6 @@ def compiles(config: TrainConfig, device: torch.device) -> bool:
     the Table 5 ViT 1.36x faster compiled, ../shared/FINDINGS.md; on a CPU it gains nothing and costs a
     minute of compilation: docs/training.md)."""
     return config.compile if config.compile is not None else device.type == "cuda"
-
-
-def adamw_kernel(device: torch.device) -> dict[str, bool | None]:
-    """AdamW's fused kernel on CUDA (one launch for every parameter instead of several per tensor: the
-    optimiser step of a small model is launch-bound); torch's default (foreach) elsewhere."""
-    fused = device.type == "cuda"
-    return {"fused": True if fused else None, "foreach": False if fused else None}
-
-
-def create_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
-    """timm's AdamW (no weight decay on norms, biases and position embeddings) at the config's lr and decay."""
-    return create_optimizer_v2(model, "adamw", lr=config.lr, weight_decay=config.weight_decay, **adamw_kernel(device))
-
-
-def create_schedule(optimizer: torch.optim.Optimizer, config: TrainConfig, steps_per_epoch: int) -> CosineLRScheduler:
-    """timm's cosine schedule with linear warm-up, stepped once per optimiser step."""
-    return CosineLRScheduler(
-        optimizer,
-        t_initial=config.epochs * steps_per_epoch,
-        lr_min=config.min_lr,
-        warmup_t=round(config.warmup_epochs * steps_per_epoch),
-        warmup_lr_init=config.warmup_lr,
-        t_in_epochs=False,
-    )
 
 
 @torch.no_grad()

@@ -12,7 +12,7 @@ from typing import Any
 from ..errors import RunError
 from ..files import atomic_write_text, no_follow, regular_file
 from .identity import SCHEDULE
-from .settings import flag
+from .setting import flag
 
 
 class MetricsLog:

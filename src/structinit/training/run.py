@@ -15,6 +15,7 @@ import dataclasses
 import math
 import random
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -22,19 +23,19 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
-from tqdm.auto import tqdm
 
 from ..data.batches import Feed, batches_for
 from ..data.datasets import fingerprint, load_data
-from ..errors import RunError, first_line
+from ..errors import Notice, RunError, first_line
 from .checkpoint import load_checkpoint, rng_state, set_rng_state
 from .config_file import config_values, read_config
 from .device import Dist, all_reduce_sum, distributed_processes, resolve_amp, resolve_device, setup_distributed
 from .lock import RunLock
 from .loggers import Loggers
 from .ownership import clear_run
+from .progress import Progress
 from .provenance import environment
-from .recipe import Recipe, evaluate
+from .recipe import Recipe, evaluate, notices
 from .rundir import RunDir
 from .settings import TrainConfig
 
@@ -125,16 +126,13 @@ class Run:
             return self.dir.read_summary()  # finished, nothing asked: no-op
         self.build()
         start, last = self.restore(checkpoint), self.dir.last_epoch
-        show = world.main and not config.quiet
-        bar = tqdm(range(start, last), desc="epochs", disable=not show or None, initial=start, total=last)
+        progress = Progress(start, last, world.main and not config.quiet, config.eval_split)
         metrics: dict[str, Any] = {}
         self.loggers = Loggers(config.log if world.main else [], self.dir.out, dataclasses.asdict(config), start)
         try:
-            for epoch in bar:
+            for epoch in progress:
                 metrics = self.train_epoch(epoch)
-                if metrics.get(f"{config.eval_split}_top1") is not None:
-                    top1 = metrics[f"{config.eval_split}_top1"]
-                    bar.set_postfix(loss=f"{metrics['train_loss']:.3f}", top1=f"{top1:.1f}")
+                progress.epoch(metrics)
         finally:
             self.loggers.close()
         return self.finish(last, metrics)
@@ -152,9 +150,13 @@ class Run:
             subset_seed=config.subset_seed,
             val_per_class=config.val_per_class,
             classes=config.classes,
+            img_size=config.img_size,
+            num_classes=config.num_classes,
         )
         self.data_fingerprint = fingerprint(self.data)
         self.recipe = Recipe(config, self.data, self.device, world)
+        for line in notices(config, self.data) if world.main else []:
+            warnings.warn(line, Notice, stacklevel=1)
         batch = config.batch_size // world.world
         if batch * world.world != config.batch_size or batch < 1:
             raise ValueError(f"--batch-size {config.batch_size} must be a multiple of the {world.world} processes")

@@ -22,7 +22,8 @@ from .identity import RESUMABLE, identity, identity_differences, resume_changes
 from .ownership import RESULTS, check_fresh, clear_temporaries, refuse_links, snapshot_path
 from .provenance import ENVIRONMENT
 from .record import MetricsLog, checkpoint_lines, summary_of_the_run
-from .settings import TrainConfig, flag
+from .setting import flag
+from .settings import TrainConfig
 
 
 class RunDir:

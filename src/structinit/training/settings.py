@@ -6,156 +6,128 @@ and the grid's recipe hash all read these declarations; docs/layout.md shows how
 from __future__ import annotations
 
 import dataclasses
-import math
-import re
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from importlib import resources
+from dataclasses import dataclass
 from typing import Any
 
-import torch
-
 from ..data.augment import parse_randaugment
-from ..data.datasets import DATASETS_HELP, parse_spec
-from ..errors import quoted
-from ..inits.api import MAX_SEED
-from ..inits.labels import VARIANTS, InitSpec, parse_assignments, split_top_level
-from ..inits.registry import METHODS
-from ..models import PRESETS, check_model_kwargs
+from ..data.datasets import parse_spec
+from ..inits.labels import InitSpec
+from ..models import check_model_kwargs
+from .data_settings import DataSettings
 from .loggers import check_loggers
-from .settings_yaml import load_yaml
-
-FLOAT32_MAX = float(torch.finfo(torch.float32).max)
-INIT_HELP = (
-    f"init label (default impulse): a method ({', '.join(sorted(METHODS))}), a variant ({', '.join(VARIANTS)}), "
-    "'default' (the model as constructed), or any of them with options in brackets, e.g. "
-    "impulse[target_fidelity=0.9,kernel_size=5] (structinit init --list-options)"
+from .optimizer import SCHEDULES, check_optimizer
+from .presets import load_preset
+from .setting import (
+    GRID_AXIS,
+    NEW,
+    PLACE,
+    SEED_BOUNDS,
+    WATCHED,
+    Setting,
+    assignments,
+    check_value,
+    float_list,
+    int_list,
+    lower,
+    names,
+    optional_int_list,
+    setting,
+)
+from .setting import (
+    flag as flag,  # studies/results.py takes it from here
 )
 
-
-@dataclass(frozen=True)
-class Setting:
-    """What the tool knows of one setting. `bounds` is an interval such as "[0, 1)" or "(0, inf)".
-    `resume`: "fixed" (another value is another run), "free" (how the run is watched or where it runs),
-    "recorded" (a resume may change it, and the log says so) or "schedule" (recorded, and it changes
-    what the run trains from then on). `identity`: whether it decides what the run computes; `recipe`:
-    whether a grid's recipe hash includes it (not the grid's own axes). `flag`: a `train` flag, and
-    `grid` a `compare` flag too; `parse` turns the flag's text into the value. `since`: the version
-    that added it (runs recorded before did what its default does, so its default is no part of
-    their identity or hash)."""
-
-    help: str | None = None
-    flag: bool = True
-    grid: bool = True
-    aliases: tuple[str, ...] = ()
-    metavar: str | None = None
-    choices: tuple[str, ...] | None = None
-    parse: Callable[[str, str], Any] | None = None
-    bounds: str | None = None
-    resume: str = "fixed"
-    identity: bool = True
-    recipe: bool = True
-    since: str | None = None
-
-
-def setting(default: Any, **about: Any) -> Any:
-    """A TrainConfig field with its Setting (a list or dict default is copied for every config)."""
-    meta = {"setting": Setting(**about)}
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: type(default)(default), metadata=meta)
-    return field(default=default, metadata=meta)
-
-
-def int_list(text: str, flag: str) -> list[int]:
-    try:
-        values = [int(item) for item in text.split(",") if item.strip()]
-    except ValueError:
-        raise ValueError(f"{flag} takes comma-separated integers, got {text!r}") from None
-    if not values:
-        raise ValueError(f"{flag} needs at least one integer, got {text!r}")
-    return values
-
-
-def _optional_int_list(text: str, flag: str) -> list[int]:
-    return int_list(text, flag) if text else []
-
-
-def _assignments(text: str, flag: str) -> dict[str, Any]:
-    return parse_assignments(text, flag)
-
-
-def _names(text: str, flag: str) -> list[str]:
-    return split_top_level(text)
-
-
-WATCHED = {"resume": "free", "identity": False}  # how a run is watched or where it runs
-PLACE = {"identity": False}  # where files are, not what is computed
-GRID_AXIS = {"recipe": False}  # a grid varies it, so it is no part of the grid's recipe
-SEED_BOUNDS = f"[0, {MAX_SEED}]"  # numpy's seeds
+INIT_SHORT = "init label, e.g. impulse, mimetic, timm, impulse[kernel_size=5] (init --list-options)"
 
 
 @dataclass
-class TrainConfig:
-    """Everything a run depends on; saved as config.yaml. Defaults suit `--data digits` on a CPU."""
+class TrainConfig(DataSettings):
+    """Everything a run depends on; saved as config.yaml, the data's settings (DataSettings) first.
+    Defaults suit `--data digits` on a CPU."""
 
-    data: str = setting("digits", help=f"dataset (default digits): {DATASETS_HELP}")
-    data_root: str = setting(
-        "data",
-        aliases=("--data-dir",),
-        help="where torchvision datasets live or are downloaded (default ./data)",
-        **PLACE,
+    model: str = setting(
+        "vit_digits",
+        group="common",
+        metavar="NAME",
+        help="timm model or preset (structinit init --list-models)",
     )
-    download: bool = setting(False, help="download a torchvision dataset (needs internet)", **PLACE)
-    cache_dir: str | None = setting(
-        None, help="where decoded small-image datasets are cached (default ~/.cache/structinit)", **PLACE
-    )
-    per_class: int | None = setting(
-        None, grid=False, bounds="[1, inf)", help="train on a stratified subset of K images per class", **GRID_AXIS
-    )
-    train_fraction: float | None = setting(None, bounds="(0, 1]", help="train on a stratified fraction of each class")
-    subset_seed: int = setting(0, bounds=SEED_BOUNDS, help="seed of the subset draw (default 0)")
-    val_per_class: int | None = setting(
-        None,
-        bounds="[1, inf)",
-        metavar="K",
-        help="hold out K training images per class (stratified, disjoint from the subset) and evaluate on them "
-        "instead of the test set: choose settings there, report the test set once",
-    )
-    classes: list[str] = setting(
-        [],
-        parse=_names,
-        metavar="NAME,NAME",
-        help="train and evaluate on these classes only (by folder or class name), relabelled in the data's order",
-        since="0.3.0",
-    )
-    model: str = setting("vit_digits", help=f"timm model name or preset ({', '.join(PRESETS)})")
     model_kwargs: dict[str, Any] = setting(
-        {}, parse=_assignments, help="timm.create_model keywords, e.g. depth=6,num_heads=12,global_pool=avg"
+        {},
+        group="model",
+        parse=assignments,
+        metavar="K=V,...",
+        help="timm.create_model keywords, e.g. depth=6,num_heads=12,patch_size=4",
     )
     # an init label: method or variant, options in brackets (kernel_size among them)
-    init: str = setting("impulse", grid=False, help=INIT_HELP, **GRID_AXIS)
+    init: str = setting("impulse", group="common", grid=False, metavar="LABEL", help=INIT_SHORT, **GRID_AXIS)
     teacher: str | None = setting(
         None,
+        group="model",
         help="the larger model of --init select (weight selection): a timm model name (pretrained), a .safetensors "
         "or .pth file, or a run directory",
-        since="0.3.0",
+        **NEW,
     )
-    epochs: int = setting(30, bounds="[1, inf)", resume="schedule", **GRID_AXIS)
+    epochs: int = setting(
+        30, group="common", bounds="[1, inf)", metavar="N", help="epochs to train", resume="schedule", **GRID_AXIS
+    )
     batch_size: int = setting(
-        128, aliases=("-b",), bounds="[1, inf)", help="global batch size (split across processes)"
+        128, group="common", aliases=("-b",), bounds="[1, inf)", metavar="N", help="global batch size"
     )
-    lr: float = setting(1e-3, bounds="(0, inf)", resume="schedule")
-    weight_decay: float = setting(0.05, bounds="[0, inf)")
-    warmup_epochs: float = setting(3, bounds="[0, inf)")
-    warmup_lr: float = setting(1e-6, flag=False, bounds="[0, inf)")
-    min_lr: float = setting(1e-5, bounds="[0, inf)", help="final learning rate of the cosine schedule")
-    smoothing: float = setting(0.1, bounds="[0, 1)", help="label smoothing")
-    mixup: float = setting(0.0, bounds="[0, inf)", help="mixup alpha (0 = off)")
-    cutmix: float = setting(0.0, bounds="[0, inf)", help="cutmix alpha (0 = off)")
-    drop_path: float = setting(0.0, bounds="[0, 1)")
-    clip_grad: float | None = setting(None, bounds="(0, inf)")
+    lr: float = setting(1e-3, group="common", bounds="(0, inf)", help="peak learning rate", resume="schedule")
+    opt: str = setting(
+        "adamw",
+        group="optim",
+        parse=lower,
+        help="timm's optimiser by name (timm.optim.list_optimizers()), e.g. adamw, sgd, momentum, lamb, lion",
+        **NEW,
+    )
+    opt_eps: float | None = setting(None, group="optim", bounds="(0, inf)", help="eps (none: the opt's own)", **NEW)
+    opt_betas: list[float] | None = setting(
+        None,
+        group="optim",
+        parse=float_list,
+        metavar="B1,B2",
+        help="betas, e.g. 0.9,0.999 (none: the opt's own)",
+        **NEW,
+    )
+    momentum: float = setting(0.9, group="optim", bounds="[0, 1)", help="momentum of sgd and the like", **NEW)
+    weight_decay: float = setting(0.05, group="optim", bounds="[0, inf)", help="weight decay (not on norms and biases)")
+    sched: str = setting("cosine", group="optim", choices=SCHEDULES, help="timm's lr schedule, per step", **NEW)
+    warmup_epochs: float = setting(3, group="optim", bounds="[0, inf)", help="epochs of linear warm-up")
+    warmup_lr: float = setting(1e-6, group="optim", bounds="[0, inf)", help="lr the warm-up starts at")
+    min_lr: float = setting(1e-5, group="optim", bounds="[0, inf)", help="final lr (cosine, tanh, poly)")
+    cooldown_epochs: int = setting(
+        0,
+        group="optim",
+        bounds="[0, inf)",
+        help="the last K of --epochs held at --min-lr (cosine, tanh, poly)",
+        metavar="K",
+        **NEW,
+    )
+    decay_epochs: float = setting(90, group="optim", bounds="(0, inf)", help="epochs between decays (step)", **NEW)
+    decay_milestones: list[int] = setting(
+        [90, 180, 270],
+        group="optim",
+        parse=int_list,
+        metavar="E,E",
+        help="epochs to decay the lr at (multistep)",
+        **NEW,
+    )
+    decay_rate: float = setting(
+        0.1,
+        group="optim",
+        bounds="(0, inf)",
+        help="lr factor of each decay (step, multistep); the power of poly",
+        **NEW,
+    )
+    smoothing: float = setting(0.1, group="augment", bounds="[0, 1)", help="label smoothing")
+    mixup: float = setting(0.0, group="augment", bounds="[0, inf)", help="mixup alpha (0: off)")
+    cutmix: float = setting(0.0, group="augment", bounds="[0, inf)", help="cutmix alpha (0: off)")
+    drop_path: float = setting(0.0, group="augment", bounds="[0, 1)", help="stochastic depth rate")
+    clip_grad: float | None = setting(None, group="optim", bounds="(0, inf)", help="clip the gradient norm to this")
     ema_decay: float | None = setting(
         None,
+        group="augment",
         aliases=("--model-ema-decay",),
         bounds="(0, 1)",
         help="keep an EMA of the weights with this decay and report its accuracy",
@@ -163,52 +135,67 @@ class TrainConfig:
     crop_padding: int | None = setting(None, flag=False)  # None: image size / 8
     flip: bool | None = setting(None, flag=False)  # None: on, except for digits and svhn
     randaugment: str | None = setting(
-        None, aliases=("--aa",), help="timm RandAugment string, e.g. rand-m9-mstd0.5-inc1"
+        None,
+        group="augment",
+        aliases=("--aa",),
+        help="timm RandAugment string, e.g. rand-m9-mstd0.5-inc1",
     )
-    reprob: float = setting(0.0, bounds="[0, 1]", help="random erasing probability")
-    amp: str = setting("auto", choices=("auto", "bf16", "fp16", "none"))
+    reprob: float = setting(0.0, group="augment", bounds="[0, 1]", help="random erasing probability")
+    amp: str = setting(
+        "auto",
+        group="model",
+        choices=("auto", "bf16", "fp16", "none"),
+        help="autocast dtype (auto: bf16 where the device has it, fp16 on older GPUs)",
+    )
     compile: bool | None = setting(
         None,
+        group="model",
         aliases=("--torchcompile",),
         help="torch.compile the model (inductor); default: on CUDA only (--no-compile: eager there too)",
         **WATCHED,
     )
-    device: str = setting("auto", help="auto (default), cpu, cuda, cuda:1, mps", **WATCHED)
+    device: str = setting("auto", help="auto, cpu, cuda, cuda:1, mps", **WATCHED)
     log: list[str] = setting(
         [],
-        parse=_names,
+        parse=names,
         metavar="NAME,NAME",
-        help="loggers beside metrics.jsonl: tensorboard (OUT/tensorboard), wandb (WANDB_PROJECT, default structinit)",
+        help="loggers beside metrics.jsonl: tensorboard (OUT/tensorboard), wandb ($WANDB_PROJECT or structinit)",
         resume="recorded",
         identity=False,
     )
-    workers: int = setting(4, aliases=("-j",), bounds="[0, inf)", help="DataLoader workers for large images", **WATCHED)
+    workers: int = setting(
+        4, group="data", aliases=("-j",), bounds="[0, inf)", help="DataLoader workers for large images", **WATCHED
+    )
     eval_batch_size: int = setting(512, flag=False, bounds="[1, inf)", **WATCHED)
     eval_every: int = setting(
         1,
         bounds="[1, inf)",
         metavar="K",
-        help="evaluation every K epochs and after the last (default 1)",
+        help="evaluation every K epochs and after the last",
         resume="recorded",
         **GRID_AXIS,
     )
     snapshot_epochs: list[int] = setting(
         [],
-        parse=_optional_int_list,
+        parse=optional_int_list,
         metavar="E,E",
         help="keep the weights after these epochs in OUT/snapshots (0: at init)",
         resume="recorded",
         **GRID_AXIS,
     )
-    seed: int = setting(0, grid=False, bounds=SEED_BOUNDS, **GRID_AXIS)
+    seed: int = setting(0, grid=False, bounds=SEED_BOUNDS, help="seed of the model and the batches", **GRID_AXIS)
     out: str = setting(
         "runs/run",
+        group="common",
         grid=False,
         aliases=("--output",),
-        help="the run's directory (default runs/run; timm's --output is its parent)",
+        metavar="DIR",
+        help="the run's directory (timm's --output is its parent)",
         **PLACE,
     )
-    resume: bool = setting(False, grid=False, help="continue the run in --out from its last checkpoint", identity=False)
+    resume: bool = setting(
+        False, group="common", grid=False, help="continue the run in --out from its last checkpoint", identity=False
+    )
     stop_after: int | None = setting(
         None,
         grid=False,
@@ -217,37 +204,17 @@ class TrainConfig:
         help="end after epoch K, leaving a resumable checkpoint",
         **WATCHED,
     )
-    quiet: bool = setting(False, help="no progress bars", **WATCHED)
+    quiet: bool = setting(False, help="no progress bar or lines", **WATCHED)
     preset: str | None = setting(
-        None, help="recipe preset: small-data, imagenet, cpu-quick (under --config and the flags)", **GRID_AXIS
+        None,
+        group="common",
+        metavar="NAME",
+        help="recipe preset: small-data, imagenet, cpu-quick",
+        **GRID_AXIS,
     )
 
     def __post_init__(self) -> None:
-        """Bad values fail here, in flag terms, before any data is loaded or any directory is made."""
-        for f in dataclasses.fields(self):
-            check_value(f.name, f.type, SETTINGS[f.name].bounds, getattr(self, f.name))
-        if not self.out:  # Path("") is the current directory
-            raise ValueError("--out is empty: give the run's directory, e.g. --out runs/mine")
-        spec = InitSpec.parse(self.init)
-        if spec.method == "select" and self.teacher is None and spec.options.get("teacher") is None:
-            raise ValueError(f"--init {self.init} selects from a larger model: give it with --teacher")
-        parse_spec(self.data)
-        check_loggers(self.log)
-        check_model_kwargs(self.model_kwargs)
-        from_data = sorted({"num_classes", "in_chans"} & set(self.model_kwargs))
-        if from_data:
-            raise ValueError(f"--model-kwargs {', '.join(from_data)}: the data sets it (its classes and channels)")
-        epochs = self.snapshot_epochs
-        if any(isinstance(e, bool) or not isinstance(e, int) for e in epochs) or len(set(epochs)) < len(epochs):
-            raise ValueError(f"--snapshot-epochs takes distinct integers, got {epochs}")
-        if any(not 0 <= e <= self.epochs for e in epochs):
-            raise ValueError(f"--snapshot-epochs must lie in 0..{self.epochs}, got {epochs}")
-        if self.min_lr > self.lr:
-            raise ValueError(f"--min-lr {self.min_lr} exceeds --lr {self.lr}: the cosine schedule would climb")
-        if self.per_class is not None and self.train_fraction is not None:
-            raise ValueError("give --per-class or --train-fraction, not both")
-        if self.randaugment:
-            parse_randaugment(self.randaugment)
+        check_config(self)
 
     @property
     def init_spec(self) -> InitSpec:
@@ -273,66 +240,44 @@ class TrainConfig:
         return "val" if self.val_per_class else "test"
 
 
+def check_config(config: TrainConfig) -> None:
+    """Bad values fail here, in flag terms, before any data is loaded or any directory is made."""
+    for f in dataclasses.fields(config):
+        check_value(f.name, f.type, SETTINGS[f.name].bounds, getattr(config, f.name))
+    if not config.out:  # Path("") is the current directory
+        raise ValueError("--out is empty: give the run's directory, e.g. --out runs/mine")
+    spec = InitSpec.parse(config.init)
+    if spec.method == "select" and config.teacher is None and spec.options.get("teacher") is None:
+        raise ValueError(f"--init {config.init} selects from a larger model: give it with --teacher")
+    parse_spec(config.data)
+    check_loggers(config.log)
+    check_model_kwargs(config.model_kwargs)
+    from_data = sorted({"num_classes", "in_chans"} & set(config.model_kwargs))
+    if from_data:
+        raise ValueError(
+            f"--model-kwargs {', '.join(from_data)}: the data sets it (its classes and channels); "
+            "--num-classes checks the data's classes"
+        )
+    check_optimizer(config.opt)
+    if config.cooldown_epochs >= config.epochs:
+        raise ValueError(
+            f"--cooldown-epochs {config.cooldown_epochs} leaves no epoch of the {config.epochs} (--epochs) to decay in"
+        )
+    epochs = config.snapshot_epochs
+    if len(set(epochs)) < len(epochs):
+        raise ValueError(f"--snapshot-epochs takes distinct integers, got {epochs}")
+    if any(not 0 <= e <= config.epochs for e in epochs):
+        raise ValueError(f"--snapshot-epochs must lie in 0..{config.epochs}, got {epochs}")
+    if config.min_lr > config.lr:
+        raise ValueError(f"--min-lr {config.min_lr} exceeds --lr {config.lr}: the cosine schedule would climb")
+    if config.per_class is not None and config.train_fraction is not None:
+        raise ValueError("give --per-class or --train-fraction, not both")
+    if config.randaugment:
+        parse_randaugment(config.randaugment)
+
+
 SETTINGS: dict[str, Setting] = {f.name: f.metadata["setting"] for f in dataclasses.fields(TrainConfig)}
 SETTING_DEFAULTS: dict[str, Any] = {
     f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
     for f in dataclasses.fields(TrainConfig)
 }
-# a setting's declared type -> (the Python types it takes, its name in messages)
-SETTING_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
-    "int": ((int,), "an integer"),
-    "float": ((int, float), "a number"),
-    "bool": ((bool,), "true or false"),
-    "str": ((str,), "text"),
-    "dict[str, Any]": ((dict,), "a mapping of keywords"),
-    "list[int]": ((list, tuple), "a list of integers"),
-    "list[str]": ((list, tuple), "a list of names"),
-}
-BOUNDS = re.compile(r"^([\[(])(-?[\d.e+]+), (-?[\d.e+]+|inf)([\])])$")
-
-
-def check_value(name: str, declared: str, bounds: str | None, value: Any) -> None:
-    """A setting's value is of its declared type (None where the type allows it: a YAML file can hold
-    'false' for a flag or 1.5 for a count, which would otherwise act as something else) and within
-    its bounds."""
-    base, _, optional = declared.partition(" | ")
-    if value is None and optional == "None":
-        return
-    kinds, what = SETTING_TYPES[base]
-    if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
-        raise ValueError(f"{flag(name)} takes {what}, got {quoted(value)}")
-    if base == "list[str]" and not all(isinstance(item, str) for item in value):
-        raise ValueError(f"{flag(name)} takes {what}, got {quoted(value)}")
-    if bounds is not None:
-        check_bounds(name, bounds, value)
-
-
-def check_bounds(name: str, bounds: str, value: float) -> None:
-    opening, low_text, high_text, closing = BOUNDS.match(bounds).groups()
-    low, high = float(low_text), float(high_text)
-    if not math.isfinite(value):
-        raise ValueError(f"{flag(name)} takes a finite number, got {value}")
-    if abs(value) > FLOAT32_MAX and math.isinf(high):
-        raise ValueError(f"{flag(name)} {value} does not fit in float32, which the run computes in")
-    below = value <= low if opening == "(" else value < low
-    above = value >= high if closing == ")" else value > high
-    if below or above:
-        low_shown, high_shown = (int(x) if x.is_integer() else x for x in (low, high))
-        shown = f"{'>' if opening == '(' else '>='} {low_shown}"
-        if math.isfinite(high):
-            shown += f" and {'<' if closing == ')' else '<='} {high_shown}"
-        raise ValueError(f"{flag(name)} must be {shown}, got {value}")
-
-
-def flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def presets() -> list[str]:
-    return sorted(p.name.removesuffix(".yaml") for p in resources.files("structinit.presets").iterdir())
-
-
-def load_preset(name: str) -> dict[str, Any]:
-    if name not in presets():
-        raise ValueError(f"unknown preset {name!r}; presets: {', '.join(presets())}")
-    return load_yaml(resources.files("structinit.presets").joinpath(f"{name}.yaml").read_text())

@@ -1,10 +1,12 @@
 """Settings as YAML: how every settings file (a --config file, a run's config.yaml, a preset) is read.
-Plain YAML only: no Python objects, no anchors, aliases or merge keys (a 1 KB file of nested aliases
-is a billion values), every key a name given once, the file small and shallow. A file that breaks
-these rules is a SettingsError saying why, for the caller to name the file."""
+Numbers are read as a user writes them (`lr: 1e-3` is 0.001, where YAML 1.1 reads text). Plain YAML
+only: no Python objects, no anchors, aliases or merge keys (a 1 KB file of nested aliases is a billion
+values), every key a name given once, the file small and shallow. A file that breaks these rules is a
+SettingsError saying why, for the caller to name the file."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,8 @@ from ..files import regular_file
 MAX_BYTES = 64 << 10  # a run's config.yaml is about 2 KB; PyYAML takes seconds to read 64 KB
 MAX_DEPTH = 16  # settings nest two or three levels (model_kwargs: {name: [values]})
 MERGE = "tag:yaml.org,2002:merge"
+# a number as a user writes it, YAML 1.2's float: 1e-3 and 5E4 too, which YAML 1.1 reads as text
+FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$|^[-+]?\.(inf|Inf|INF)$|^\.(nan|NaN|NAN)$")
 
 
 class SettingsError(ValueError):
@@ -83,3 +87,7 @@ class _SettingsLoader(yaml.SafeLoader):
                 raise SettingsError(f"{line}: {key} given twice")
             keys.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+# an integer stays an integer: PyYAML tries the int resolver first, then this one
+_SettingsLoader.add_implicit_resolver("tag:yaml.org,2002:float", FLOAT, list("-+0123456789."))

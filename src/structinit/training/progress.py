@@ -1,0 +1,46 @@
+"""A run's progress as it trains: tqdm's bar over the epochs on a terminal and, where stdout is not a
+terminal (a log file, a pipe), one line per epoch: its loss, top-1 when evaluated, img/s and the time
+left."""
+
+from __future__ import annotations
+
+import sys
+import time
+from datetime import timedelta
+from typing import Any
+
+from tqdm.auto import tqdm
+
+
+class Progress:
+    """The epochs `start` to `last` of a run evaluated on `split`; nothing where `show` is off (--quiet,
+    the processes other than the first)."""
+
+    def __init__(self, start: int, last: int, show: bool, split: str) -> None:
+        self.bar = tqdm(range(start, last), desc="epochs", disable=not show or None, initial=start, total=last)
+        self.lines = show and not sys.stdout.isatty()
+        self.start, self.last, self.split = start, last, split
+        self.began = time.perf_counter()
+
+    def __iter__(self):
+        return iter(self.bar)
+
+    def epoch(self, metrics: dict[str, Any]) -> None:
+        """Show the metrics of the epoch just finished."""
+        top1 = metrics.get(f"{self.split}_top1")
+        if top1 is not None:
+            self.bar.set_postfix(loss=f"{metrics['train_loss']:.3f}", top1=f"{top1:.1f}")
+        if self.lines:
+            print(self.line(metrics), flush=True)
+
+    def line(self, metrics: dict[str, Any]) -> str:
+        """e.g. 'epoch 3/30: train loss 1.2345, test top-1 56.70%, 1234 img/s, 0:05:12 left'."""
+        done = metrics["epoch"]
+        per_epoch = (time.perf_counter() - self.began) / (done - self.start)
+        left = timedelta(seconds=round(per_epoch * (self.last - done)))
+        top1 = metrics.get(f"{self.split}_top1")
+        evaluated = f", {self.split} top-1 {top1:.2f}%" if top1 is not None else ""
+        return (
+            f"epoch {done}/{self.last}: train loss {metrics['train_loss']:.4f}{evaluated}, "
+            f"{metrics['img_per_s']:.0f} img/s, {left} left"
+        )
