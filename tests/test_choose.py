@@ -4,7 +4,8 @@ comparisons on digits and on a small image folder."""
 import pytest
 
 from conftest import make_imagefolder
-from structinit.studies.choose import BASELINES, STRUCTURED, choose, epochs_for, verdict
+from structinit.cli import main
+from structinit.studies.choose import BASELINES, STRUCTURED, choose, epochs_for, validation_size, verdict
 from structinit.training import TrainConfig
 
 CONTROL = "qk-norm[norm=3.5,base=kaiming]"
@@ -45,17 +46,26 @@ def test_the_budget_sets_the_epochs_every_run_can_train():
     assert epochs_for(0.001, 8, 1000, 100, 1e-3) == 1  # at least one
 
 
-@pytest.mark.parametrize("kind", ["digits", "folder"])
-def test_choose_trains_the_four_inits_on_a_validation_split_and_gives_a_verdict(kind, tmp_path):
-    if kind == "digits":
-        small = {"depth": 1, "embed_dim": 32, "num_heads": 2}
-        base = TrainConfig(data="digits", model="vit_digits", model_kwargs=small, per_class=10)
-    else:
-        folder = make_imagefolder(tmp_path / "images", 16, per_class=12, classes=("a", "b", "c"))
-        model = {"img_size": 16, "patch_size": 2, "embed_dim": 32, "depth": 1, "num_heads": 2}
-        base = TrainConfig(data=f"imagefolder:{folder}", model="vit_tiny_patch16_224", model_kwargs=model)
+def test_the_command_prints_the_regime_and_the_verdict_on_digits(tmp_path, capsys):
+    small = ["--model-kwargs", "depth=1,embed_dim=32,num_heads=2", "--per-class", "10", "-b", "8", "--quiet"]
+    assert main(["choose", *small, "--val-per-class", "4", "--epochs", "1", "--out", str(tmp_path / "c")]) == 0
+    out = capsys.readouterr().out
+    assert "regime: 1 epochs (12 steps) of vit_digits on digits, 4 validation images a class" in out
+    assert "\nverdict: " in out and "kaiming" in out and "8 runs; results.md" in out
+
+
+def test_the_command_refuses_two_subset_sizes(capsys):
+    assert main(["choose", "--per-class", "10,20"]) == 2
+    assert "choose trains at one subset size; give one K" in capsys.readouterr().err
+
+
+def test_choose_sizes_the_epochs_to_the_budget_on_a_small_folder_and_gives_a_verdict(tmp_path):
+    folder = make_imagefolder(tmp_path / "images", 16, per_class=12, classes=("a", "b", "c"))
+    model = {"img_size": 16, "patch_size": 2, "embed_dim": 32, "depth": 1, "num_heads": 2}
+    base = TrainConfig(data=f"imagefolder:{folder}", model="vit_tiny_patch16_224", model_kwargs=model)
     base = TrainConfig(**{**base.__dict__, "val_per_class": 4, "batch_size": 8, "quiet": True})
-    result, rows = choose(base, minutes=0.05, seeds=[0, 1], out=tmp_path / "choose")
+    choice = choose(base, minutes=0.05, seeds=[0, 1], out=tmp_path / "choose")
+    result, rows = choice.verdict, choice.rows
     inits = [STRUCTURED, *BASELINES, result.control]
     assert sorted(result.scores) == sorted(inits) and all(len(v) == 2 for v in result.scores.values())
     assert result.control.startswith("qk-norm[norm=") and result.control.endswith(",base=kaiming]")
@@ -64,9 +74,11 @@ def test_choose_trains_the_four_inits_on_a_validation_split_and_gives_a_verdict(
     assert result.best in inits and all(init in text for init in inits) and "\nverdict: " in text
 
 
-def test_choose_refuses_one_seed_and_a_missing_validation_split(tmp_path):
-    base = TrainConfig(data="digits", model="vit_digits", val_per_class=4)
+def test_choose_refuses_one_seed(tmp_path):
     with pytest.raises(ValueError, match="--seeds: give at least two"):
-        choose(base, 1.0, [0], tmp_path)
-    with pytest.raises(ValueError, match="--val-per-class: choose decides on a validation split"):
-        choose(TrainConfig(data="digits"), 1.0, [0, 1], tmp_path)
+        choose(TrainConfig(data="digits", model="vit_digits", val_per_class=4), 1.0, [0], tmp_path)
+
+
+def test_without_a_validation_size_choose_holds_out_a_fifth_of_the_smallest_class():
+    assert validation_size(TrainConfig(data="digits", per_class=40)) == 8
+    assert validation_size(TrainConfig(data="digits", per_class=5)) == 2  # at least 2

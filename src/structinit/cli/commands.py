@@ -1,4 +1,4 @@
-"""The `structinit` command: init, train, compare, attention, rank, demo, upgrade-checkpoint."""
+"""The `structinit` command: init, train, compare, choose, attention, rank, demo, upgrade-checkpoint."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from ..models import PRESETS, preset_size
 from ..studies.launch import Cluster
 from ..training.setting import flag, int_list
 from ..training.settings import TrainConfig
+from .choose import run_choose
 from .parser import build_parser, train_config, train_values
 
 FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
@@ -230,6 +231,7 @@ COMMANDS = {
     "init": run_init,
     "train": run_train,
     "compare": run_compare,
+    "choose": run_choose,
     "attention": run_attention,
     "rank": run_rank,
     "demo": run_demo,
@@ -245,7 +247,7 @@ AFTER_INTERRUPT = {
     "init": "no file is left half-written: run it again",
     "upgrade-checkpoint": "the checkpoints named as upgraded are done, the others are as they were",
 }
-AFTER_INTERRUPT["demo"] = AFTER_INTERRUPT["compare"]
+AFTER_INTERRUPT["demo"] = AFTER_INTERRUPT["choose"] = AFTER_INTERRUPT["compare"]
 
 # modules that the library call does without, and the extra that installs each
 EXTRAS = {"matplotlib": "train", "sklearn": "train", "tensorboard": "log", "wandb": "log"}

@@ -76,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_arguments(train)
 
     add_compare_command(commands)
+    from .choose import add_choose_command  # it builds on this module's flags
+
+    add_choose_command(commands)
 
     attention = commands.add_parser("attention", help="PNG of the attention maps per layer and head")
     add_target_arguments(attention, images=64, out="attention.png")

@@ -114,6 +114,22 @@ def epochs_for(minutes: float, runs: int, train_images: int, eval_images: int, p
     return max(1, int(minutes * 60 * SHARE_OF_BUDGET / (runs * epoch)))
 
 
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """A finished comparison: its verdict, its result rows (results.csv's) and the config it trained."""
+
+    verdict: Verdict
+    rows: list[dict[str, Any]]
+    config: TrainConfig
+
+
+def validation_size(base: TrainConfig) -> int:
+    """Images a class to hold out when none are asked: a fifth of the smallest class, 2 to 100."""
+    data = load_data(base.data, root=base.data_root, per_class=base.per_class, classes=base.classes)
+    smallest = int(torch.bincount(data.train_labels).min())
+    return max(2, min(100, smallest // 5))
+
+
 def choose(
     base: TrainConfig,
     minutes: float,
@@ -121,12 +137,14 @@ def choose(
     out: str | Path,
     structured: str = STRUCTURED,
     parallel: int = 1,
-) -> tuple[Verdict, list[dict[str, Any]]]:
-    """Train the comparison into `out` within about `minutes` and return its verdict and result rows."""
+    epochs: int | None = None,
+) -> Choice:
+    """Train the comparison into `out` within about `minutes`, or for `epochs` where given (on a validation
+    split of base.val_per_class images a class, or validation_size's), and give its verdict."""
     if len(seeds) < 2:
         raise ValueError("--seeds: give at least two, so that a margin can be held against the seed spread")
     if not base.val_per_class:
-        raise ValueError("--val-per-class: choose decides on a validation split of the training images; give K")
+        base = dataclasses.replace(base, val_per_class=validation_size(base))
     data = load_data(
         base.data,
         root=base.data_root,
@@ -138,11 +156,13 @@ def choose(
     )
     control = control_of(base, data, structured)
     inits = [structured, *BASELINES, control]
-    per_image = seconds_per_image(base, data)  # K runs at once share the same cores: the same total
-    epochs = epochs_for(minutes, len(inits) * len(seeds), len(data.train_labels), len(data.val_labels), per_image)
+    if epochs is None:
+        per_image = seconds_per_image(base, data)  # K runs at once share the same cores: the same total
+        runs, images = len(inits) * len(seeds), len(data.train_labels)
+        epochs = epochs_for(minutes, runs, images, len(data.val_labels), per_image)
     config = dataclasses.replace(base, epochs=epochs, warmup_epochs=min(base.warmup_epochs, epochs / 4))
     rows = compare(config, inits, seeds, [base.per_class], out, parallel=parallel)
     scores: dict[str, list[float]] = {}
     for row in rows:
         scores.setdefault(row["init"], []).append(row["top1"])
-    return verdict(scores, structured, control), rows
+    return Choice(verdict(scores, structured, control), rows, config)

@@ -1,0 +1,65 @@
+"""`structinit choose`: which init for my data (studies/choose.py), its flags and its output."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+from ..training.setting import int_list
+from .parser import add_train_arguments, train_config
+
+
+def add_choose_command(commands: argparse._SubParsersAction) -> None:
+    choose = commands.add_parser(
+        "choose",
+        help="which init for my data: a short comparison on a validation split, and a verdict",
+        description="Train the structured init, mimetic and kaiming on PyTorch's base and the structured init's "
+        "norm-matched control on a validation split carved from the training images, at least two seeds each, "
+        "sized to --minutes, and say which init to use, by how much, and whether the margin exceeds the seeds' "
+        "spread.",
+        usage="structinit choose [DIR] [--data SPEC] [--model NAME] [--minutes M] [--seeds S,S] [options]",
+        add_help=False,
+    )
+    groups = add_train_arguments(choose, grid=True)
+    common = groups["common"].add_argument
+    common(
+        "--minutes",
+        type=float,
+        default=10.0,
+        help="the time the comparison may take, about: it sets the epochs unless --epochs does (default: 10)",
+    )
+    common("--seeds", default="0,1", help="comma-separated seeds, at least two (default: 0,1)")
+    common(
+        "--structured",
+        help="the structured init to test (default: the paper's form, the Q/K alone on PyTorch's base)",
+    )
+    common("--parallel", "--jobs", type=int, default=1, metavar="K", help="K runs at once (default: 1)")
+    choose.set_defaults(out="runs/choose")
+
+
+def run_choose(args: argparse.Namespace) -> int:
+    from ..studies.choose import STRUCTURED, choose
+
+    if args.minutes <= 0:
+        raise ValueError(f"--minutes must be > 0, got {args.minutes}")
+    if args.parallel < 1:
+        raise ValueError(f"--parallel must be >= 1, got {args.parallel}")
+    base = train_config(args)
+    if args.per_class:
+        sizes = int_list(args.per_class, "--per-class")
+        if len(sizes) > 1:
+            raise ValueError("--per-class: choose trains at one subset size; give one K")
+        base = dataclasses.replace(base, per_class=sizes[0])
+    seeds = int_list(args.seeds, "--seeds")
+    structured = args.structured or STRUCTURED
+    choice = choose(base, args.minutes, seeds, args.out, structured, args.parallel, epochs=args.epochs)
+    row, config = choice.rows[0], choice.config
+    print(
+        f"regime: {config.epochs} epochs ({row['steps']} steps) of {config.model} on {row['dataset']}, "
+        f"{config.val_per_class} validation images a class held out of the training images, seeds {args.seeds}, "
+        f"{row['device'] or 'this machine'}"
+    )
+    print(choice.verdict.text())
+    print(f"{len(choice.rows)} runs; results.md, curves.png and summary.png in {Path(args.out)}")
+    return 0
