@@ -121,7 +121,7 @@ def test_a_missing_extra_is_named_in_one_line_and_other_import_errors_are_not_hi
     monkeypatch.setitem(cli.COMMANDS, "rank", needs("matplotlib.pyplot"))
     assert cli.main(["rank", "vit_digits"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "structinit rank: error: this needs matplotlib.pyplot: pip install 'structinit[train]'"
+        "structinit rank: error: this needs matplotlib.pyplot: pip install 'structinit-vit[train]'"
     )
     monkeypatch.setitem(cli.COMMANDS, "rank", needs("a_typo_in_structinit"))
     with pytest.raises(ModuleNotFoundError, match="a_typo_in_structinit"):

@@ -84,6 +84,6 @@ def test_bad_cluster_settings_fail_in_one_line_before_any_run(tmp_path, capsys, 
 def test_cluster_jobs_without_submitit_name_the_extra(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "submitit", None)
     assert main([*GRID, "--cluster", "local", "--out", str(tmp_path / "grid")]) != 0
-    assert "pip install 'structinit[cluster]'" in capsys.readouterr().err
+    assert "pip install 'structinit-vit[cluster]'" in capsys.readouterr().err
     with pytest.raises(RunError, match="needs submitit"):
         Cluster("local").executor(tmp_path)

@@ -19,6 +19,7 @@ from ..models import PRESETS, preset_size
 from ..studies.launch import Cluster
 from ..training.setting import flag, int_list
 from ..training.settings import TrainConfig
+from ..version import DISTRIBUTION
 from .choose import run_choose
 from .parser import build_parser, train_config, train_values
 
@@ -271,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         extra = EXTRAS.get((error.name or "").split(".")[0])
         if extra is None:
             raise
-        return fail(args.command, f"this needs {error.name}: pip install 'structinit[{extra}]'")
+        return fail(args.command, f"this needs {error.name}: pip install '{DISTRIBUTION}[{extra}]'")
     except KeyboardInterrupt:
         again = AFTER_INTERRUPT.get(args.command, "run it again")
         print(f"structinit {args.command}: interrupted; {again}", file=sys.stderr)

@@ -13,6 +13,7 @@ from ..inits.registry import METHODS
 from ..studies.launch import CLUSTERS
 from ..training.setting import GROUPS, Setting, flag
 from ..training.settings import SETTING_DEFAULTS, SETTINGS, TrainConfig
+from ..version import DISTRIBUTION
 
 INIT_HELP = (
     f"init label: a method ({', '.join(sorted(METHODS))}), a variant ({', '.join(VARIANTS)}), "
@@ -163,7 +164,7 @@ def add_compare_command(commands: argparse._SubParsersAction) -> None:
         help="torch threads per run (default: the cores / K); a CPU grid repeats bit for bit at the same T",
     )
     run("--rerun", action="store_true", help="train again (from scratch) run directories made with another recipe")
-    jobs = grid.add_argument_group("cluster jobs (through submitit: pip install 'structinit[cluster]')")
+    jobs = grid.add_argument_group(f"cluster jobs (through submitit: pip install '{DISTRIBUTION}[cluster]')")
     jobs.add_argument(
         "--cluster",
         choices=CLUSTERS,

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..errors import RunError, one_line_warning
+from ..version import DISTRIBUTION
 
 if TYPE_CHECKING:
     from ..training.settings import TrainConfig
@@ -61,7 +62,7 @@ class Cluster:
         try:
             import submitit
         except ImportError:
-            raise RunError("--cluster needs submitit: pip install 'structinit[cluster]'") from None
+            raise RunError(f"--cluster needs submitit: pip install '{DISTRIBUTION}[cluster]'") from None
         if self.kind == "slurm" and shutil.which("srun") is None:  # what submitit looks for
             raise RunError(
                 "--cluster slurm needs SLURM, and this machine has no srun on its PATH: run the command on the "

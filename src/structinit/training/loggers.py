@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..files import atomic_write_text
+from ..version import DISTRIBUTION
 
 LOGGERS = ("tensorboard", "wandb")
 
@@ -32,7 +33,7 @@ class Loggers:
 
     def __init__(self, names: list[str], out: Path, settings: dict[str, Any], start: int) -> None:
         self.names, self.out, self.settings, self.start = names, out, settings, start
-        for name, install in (("tensorboard", "'structinit[log]'"), ("wandb", "wandb")):
+        for name, install in (("tensorboard", f"'{DISTRIBUTION}[log]'"), ("wandb", "wandb")):
             if name in names and importlib.util.find_spec(name) is None:
                 raise ImportError(f"--log {name} needs {name}: pip install {install}")
         self.writer = self.wandb_run = None
@@ -42,7 +43,7 @@ class Loggers:
         self.opened = True
         out = self.out
         if "tensorboard" in self.names:
-            from torch.utils.tensorboard import SummaryWriter  # needs tensorboard: pip install 'structinit[log]'
+            from torch.utils.tensorboard import SummaryWriter  # needs tensorboard: the [log] extra
 
             self.writer = SummaryWriter(str(out / "tensorboard"), purge_step=self.start + 1 if self.start else None)
         if "wandb" in self.names:
