@@ -22,7 +22,8 @@ from typing import Any
 from structinit.models import create_model
 from structinit.studies.grid import compare, run_dir
 from structinit.studies.ledger import write_generated_section
-from structinit.studies.results import collect, results_markdown
+from structinit.studies.results import collect
+from structinit.studies.tables import results_markdown
 from structinit.training import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent

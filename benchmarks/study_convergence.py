@@ -49,7 +49,7 @@ from typing import Any
 
 from structinit.studies.grid import run_configs, run_dir
 from structinit.studies.ledger import is_recorded, ledger_and_runs, read_ledger, write_generated_section, write_ledger
-from structinit.studies.results import results_markdown
+from structinit.studies.tables import results_markdown
 from structinit.training import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -43,7 +43,8 @@ from typing import Any
 from structinit.inspection.scale import head_qk_norms
 from structinit.studies.grid import run_configs, run_dir
 from structinit.studies.ledger import is_recorded, ledger_and_runs, read_ledger, write_generated_section, write_ledger
-from structinit.studies.results import epochs_to_reach, results_markdown
+from structinit.studies.results import epochs_to_reach
+from structinit.studies.tables import results_markdown
 from structinit.training import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -44,7 +44,8 @@ from structinit.studies.ledger import (
     write_generated_section,
     write_ledger,
 )
-from structinit.studies.results import CSV_COLUMNS, collect, results_markdown
+from structinit.studies.results import CSV_COLUMNS, collect
+from structinit.studies.tables import results_markdown
 from structinit.training import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent

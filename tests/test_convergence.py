@@ -15,7 +15,8 @@ from structinit.cli import main
 from structinit.data.datasets import load_data
 from structinit.data.subsets import stratified_split, stratified_subset
 from structinit.fidelity import mean_attention
-from structinit.studies.results import epochs_to_reach, results_markdown, time_to_accuracy
+from structinit.studies.results import epochs_to_reach, time_to_accuracy
+from structinit.studies.tables import results_markdown
 from structinit.training import TrainConfig, train
 
 FAST = dict(data="digits", per_class=20, model="vit_digits", model_kwargs={"depth": 1}, batch_size=50, quiet=True)

@@ -19,7 +19,7 @@ from structinit import files as files_module
 from structinit.cli import main
 from structinit.errors import RunError
 from structinit.studies.grid import compare, run_dir
-from structinit.studies.results import results_markdown
+from structinit.studies.tables import results_markdown
 from structinit.training import TrainConfig, read_config, resume_config, train
 from structinit.training import checkpoint as checkpoint_module
 from structinit.training.lock import RunLock

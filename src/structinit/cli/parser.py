@@ -115,6 +115,12 @@ def add_compare_command(commands: argparse._SubParsersAction) -> None:
     grid.add_argument(
         "--rerun", action="store_true", help="train again (from scratch) run directories made with another recipe"
     )
+    grid.add_argument(
+        "--wide",
+        action="store_true",
+        help="results.md with every column: best top-1, epochs to timm's final, top-5, train loss, gains over timm "
+        "and mimetic (default: init, top-1, margin over the best baseline, evaluation images)",
+    )
     jobs = grid.add_argument_group("cluster jobs (through submitit: pip install 'structinit[cluster]')")
     jobs.add_argument(
         "--cluster",
