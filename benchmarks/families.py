@@ -68,7 +68,8 @@ def write_docs(out: Path, docs: Path, families: dict[str, tuple[str, dict[str, A
         built = create_model(model, num_classes=10, in_chans=3, data_size=32, **kwargs)
         millions = sum(p.numel() for p in built.parameters()) / 1e6
         sections.append(
-            f"### {name} ({model}, {millions:.2f} M parameters at 32 px, 10 classes)\n\n{results_markdown(rows)}\n"
+            f"### {name} ({model}, {millions:.2f} M parameters at 32 px, 10 classes)\n\n"
+            f"{results_markdown(rows, wide=True)}\n"
             f"At init:\n\n{fidelity_table(out / name, rows)}\n"
             f"![curves of {name}](figures/curves-{name}.png)\n"
         )

@@ -397,7 +397,7 @@ def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid], protoc
         if not grid_rows:
             continue
         curved = [r for r in grid_rows if r["curve"] is not None]
-        section = f"### {name}\n\n{results_markdown(grid_rows)}\n"
+        section = f"### {name}\n\n{results_markdown(grid_rows, wide=True)}\n"
         if curved:
             partial = len(curved) < len(grid_rows)
             lost = f" (the {len(curved)} of {len(grid_rows)} runs whose curves were kept)" if partial else ""

@@ -442,7 +442,7 @@ def write_docs(
         plot_curves(grid_rows, figures / f"regimes-{name}.png")
         figure = f"![curves of {name}](figures/regimes-{name}.png)"
         regime = regimes[name.removesuffix("-val")]
-        sections.append(f"### {name}\n\n{results_markdown(grid_rows)}\n{figure}\n")
+        sections.append(f"### {name}\n\n{results_markdown(grid_rows, wide=True)}\n{figure}\n")
     hours = sum(r["wall_secs"] for r in rows) / 3600
     table = calibration(rows, regimes)
     parts = bundle_table(rows, *bundle) if bundle else ""

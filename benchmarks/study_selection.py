@@ -177,7 +177,7 @@ def tables(rows: list[dict[str, Any]], docs: Path) -> str:
     for split, name in (("val", "validation split (seed 0): to choose"), ("test", "test set: read once")):
         chosen = [r for r in shown if r["split"] == split]
         if chosen:
-            parts.append(f"On the {name}:\n\n{results_markdown(chosen)}")
+            parts.append(f"On the {name}:\n\n{results_markdown(chosen, wide=True)}")
     tested = [r for r in shown if r["split"] == "test"]
     if tested:
         (docs / "figures").mkdir(exist_ok=True)

@@ -281,7 +281,7 @@ def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid]) -> Non
             caption += " (drawn when its runs were at hand)"
         elif len(curved) < len(grid_rows):
             caption += f" (the {len(curved)} of its {len(grid_rows)} runs that kept a curve)"
-        section = f"### {name} ({recipe_name(grid)})\n\n{results_markdown(grid_rows)}"
+        section = f"### {name} ({recipe_name(grid)})\n\n{results_markdown(grid_rows, wide=True)}"
         sections.append(section + (f"\n![{caption}](figures/{figure.name})\n" if figure.exists() else ""))
     protocol = [r for r in rows if not r["grid"].startswith("levers")]
     minutes = sum(r["secs"] for r in protocol) / 60

@@ -43,7 +43,7 @@ def test_curves_never_average_across_recipes_and_count_seeds(tmp_path, figures):
     top = [ax for ax in fig.axes if ax.get_ylabel().endswith("top-1 (%)")]
     assert len(top) == 2 and "recipe r1" in top[0].get_title() and "recipe r2" in top[1].get_title()
     loss = [ax for ax in fig.axes if ax.get_ylabel() == "training loss"]
-    legend = loss[0].get_legend()  # where the falling loss curves leave room: the upper right
+    legend = loss[0].get_legend()  # below the panels
     assert [t.get_text() for t in legend.get_texts()] == ["impulse (1 seed)", "timm (3 seeds)"]
     assert legend.get_title().get_text() == "mean; band: ±1 std over seeds"
     lines = {line.get_label(): line.get_color() for line in top[0].get_lines()}

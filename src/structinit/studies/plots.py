@@ -87,7 +87,9 @@ def plot_curves(rows: list[dict[str, Any]], path: Path) -> None:
     epoch (does an init converge faster early, and keep it?). One line per init, the mean over its
     seeds, in the init's own colour; the band is ±1 standard deviation over the seeds (none with one seed)."""
     columns = cells(rows)
-    fig, axes = plt.subplots(2, len(columns), figsize=(5 * len(columns), 6.8), squeeze=False, sharex="col")
+    inits = max(len({r["init"] for r in members}) for _, members in columns)  # the legend below takes a line each
+    height = 6.8 + 0.3 * inits
+    fig, axes = plt.subplots(2, len(columns), figsize=(5 * len(columns), height), squeeze=False, sharex="col")
     colours = figure_colours([r["init"] for r in rows])
     for column, (title, members) in enumerate(columns):
         top, bottom = axes[0][column], axes[1][column]
@@ -102,7 +104,7 @@ def plot_curves(rows: list[dict[str, Any]], path: Path) -> None:
                 ax.plot(
                     epochs,
                     mean,
-                    label=f"{init} ({_seeds(len(runs))})",
+                    label=fitted_title(f"{init} ({_seeds(len(runs))})", 4.5, 8),
                     color=colour,
                     marker="o" if len(epochs) < 6 else None,
                 )
@@ -118,7 +120,8 @@ def plot_curves(rows: list[dict[str, Any]], path: Path) -> None:
             ax.grid(alpha=0.3)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole
         band = "mean; band: ±1 std over seeds" if _most_seeds(members) > 1 else "one seed each: no band"
-        bottom.legend(fontsize=8, title=band, title_fontsize=7, loc="upper right")
+        # below the panels: a long label never covers a curve
+        bottom.legend(fontsize=8, title=band, title_fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18))
     fig.tight_layout()
     save_figure(fig, path, 120)
     plt.close(fig)
