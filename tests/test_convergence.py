@@ -362,7 +362,11 @@ def test_smoke_convergence_study_runs_levers_on_validation_and_the_protocol_on_t
     assert config["mixup"] == 0.8 and config["randaugment"] and config["warmup_epochs"] == 0.33
     assert (out / "light-h6" / "per_class_8" / "timm-seed0" / "snapshots" / "epoch_0002.pt").exists()
     text = (out / "docs" / "convergence.md").read_text()
-    assert "### light-h6-val" in text and "| val | impulse[target_fidelity=0.7] | 1 |" in text
+    assert (
+        "### light-h6-val" in text
+        and "| impulse[target_fidelity=0.7] | 1 |" in text
+        and "| validation images |" in text
+    )
     assert "Plateau" in text and (out / "docs" / "figures" / "convergence-light-h6.png").exists()
     assert "### Acceptance" in text and "| light-h6 | 8 | " in text and "| small-data-h6 | 8 | " in text
     # a rerun trains nothing new
