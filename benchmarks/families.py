@@ -22,7 +22,8 @@ from typing import Any
 from structinit.models import create_model
 from structinit.studies.grid import compare, run_dir
 from structinit.studies.ledger import write_generated_section
-from structinit.studies.results import collect, results_markdown
+from structinit.studies.results import collect
+from structinit.studies.tables import results_markdown
 from structinit.training import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,7 +68,8 @@ def write_docs(out: Path, docs: Path, families: dict[str, tuple[str, dict[str, A
         built = create_model(model, num_classes=10, in_chans=3, data_size=32, **kwargs)
         millions = sum(p.numel() for p in built.parameters()) / 1e6
         sections.append(
-            f"### {name} ({model}, {millions:.2f} M parameters at 32 px, 10 classes)\n\n{results_markdown(rows)}\n"
+            f"### {name} ({model}, {millions:.2f} M parameters at 32 px, 10 classes)\n\n"
+            f"{results_markdown(rows, wide=True)}\n"
             f"At init:\n\n{fidelity_table(out / name, rows)}\n"
             f"![curves of {name}](figures/curves-{name}.png)\n"
         )

@@ -49,7 +49,7 @@ from typing import Any
 
 from structinit.studies.grid import run_configs, run_dir
 from structinit.studies.ledger import is_recorded, ledger_and_runs, read_ledger, write_generated_section, write_ledger
-from structinit.studies.results import results_markdown
+from structinit.studies.tables import results_markdown
 from structinit.training import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -397,7 +397,7 @@ def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid], protoc
         if not grid_rows:
             continue
         curved = [r for r in grid_rows if r["curve"] is not None]
-        section = f"### {name}\n\n{results_markdown(grid_rows)}\n"
+        section = f"### {name}\n\n{results_markdown(grid_rows, wide=True)}\n"
         if curved:
             partial = len(curved) < len(grid_rows)
             lost = f" (the {len(curved)} of {len(grid_rows)} runs whose curves were kept)" if partial else ""

@@ -43,7 +43,8 @@ from typing import Any
 from structinit.inspection.scale import head_qk_norms
 from structinit.studies.grid import run_configs, run_dir
 from structinit.studies.ledger import is_recorded, ledger_and_runs, read_ledger, write_generated_section, write_ledger
-from structinit.studies.results import epochs_to_reach, results_markdown
+from structinit.studies.results import epochs_to_reach
+from structinit.studies.tables import results_markdown
 from structinit.training import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -441,7 +442,7 @@ def write_docs(
         plot_curves(grid_rows, figures / f"regimes-{name}.png")
         figure = f"![curves of {name}](figures/regimes-{name}.png)"
         regime = regimes[name.removesuffix("-val")]
-        sections.append(f"### {name}\n\n{results_markdown(grid_rows)}\n{figure}\n")
+        sections.append(f"### {name}\n\n{results_markdown(grid_rows, wide=True)}\n{figure}\n")
     hours = sum(r["wall_secs"] for r in rows) / 3600
     table = calibration(rows, regimes)
     parts = bundle_table(rows, *bundle) if bundle else ""

@@ -29,7 +29,7 @@ from typing import Any
 
 from structinit.studies.grid import run_configs, run_dir
 from structinit.studies.ledger import is_recorded, ledger_and_runs, read_ledger, write_generated_section, write_ledger
-from structinit.studies.results import results_markdown
+from structinit.studies.tables import results_markdown
 from structinit.training import TrainConfig
 from structinit.training.config_file import read_run_config
 
@@ -177,7 +177,7 @@ def tables(rows: list[dict[str, Any]], docs: Path) -> str:
     for split, name in (("val", "validation split (seed 0): to choose"), ("test", "test set: read once")):
         chosen = [r for r in shown if r["split"] == split]
         if chosen:
-            parts.append(f"On the {name}:\n\n{results_markdown(chosen)}")
+            parts.append(f"On the {name}:\n\n{results_markdown(chosen, wide=True)}")
     tested = [r for r in shown if r["split"] == "test"]
     if tested:
         (docs / "figures").mkdir(exist_ok=True)

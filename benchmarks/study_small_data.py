@@ -44,7 +44,8 @@ from structinit.studies.ledger import (
     write_generated_section,
     write_ledger,
 )
-from structinit.studies.results import CSV_COLUMNS, collect, results_markdown
+from structinit.studies.results import CSV_COLUMNS, collect
+from structinit.studies.tables import results_markdown
 from structinit.training import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -280,7 +281,7 @@ def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid]) -> Non
             caption += " (drawn when its runs were at hand)"
         elif len(curved) < len(grid_rows):
             caption += f" (the {len(curved)} of its {len(grid_rows)} runs that kept a curve)"
-        section = f"### {name} ({recipe_name(grid)})\n\n{results_markdown(grid_rows)}"
+        section = f"### {name} ({recipe_name(grid)})\n\n{results_markdown(grid_rows, wide=True)}"
         sections.append(section + (f"\n![{caption}](figures/{figure.name})\n" if figure.exists() else ""))
     protocol = [r for r in rows if not r["grid"].startswith("levers")]
     minutes = sum(r["secs"] for r in protocol) / 60

@@ -15,7 +15,8 @@ from structinit.cli import main
 from structinit.data.datasets import load_data
 from structinit.data.subsets import stratified_split, stratified_subset
 from structinit.fidelity import mean_attention
-from structinit.studies.results import epochs_to_reach, results_markdown, time_to_accuracy
+from structinit.studies.results import epochs_to_reach, time_to_accuracy
+from structinit.studies.tables import results_markdown
 from structinit.training import TrainConfig, train
 
 FAST = dict(data="digits", per_class=20, model="vit_digits", model_kwargs={"depth": 1}, batch_size=50, quiet=True)
@@ -105,11 +106,17 @@ def test_time_to_accuracy_uses_the_mean_final_top1_of_timm_in_the_same_cell():
     ]
     time_to_accuracy(rows)
     assert [r.get("epochs_to_timm", "absent") for r in rows] == [None, 20, 10, None, "absent", 10]
-    table = results_markdown(rows)
-    assert "| c | m | 6 | 200 | 20 | test | impulse | 2 | 42.00 ± 1.41 | 42.00 | 10 (1/2) |" in table
-    assert "| c | m | 6 | 200 | 20 | test | timm | 2 | 42.00 ± 2.83 | 42.00 | 20 (1/2) |" in table
-    assert "| c | m | 6 | 500 | 20 | test | impulse | 1 | 50.00 ± - | 50.00 | - |" in table
-    assert "| c | m | 6 | 200 | 20 | val | timm | 1 | 10.00 ± - |" in table  # not averaged with the test runs
+    cells = results_markdown(rows, wide=True).split("**c**")[1:]
+    assert [cell.split("\n")[0] for cell in cells] == [
+        ", m, 6 heads, 200 training images per class, 20 epochs",
+        ", m, 6 heads, 200 training images per class, 20 epochs",
+        ", m, 6 heads, 500 training images per class, 20 epochs",
+    ]
+    assert "| validation images |" in cells[1] and "| test images |" in cells[0]  # not averaged with the test runs
+    assert "| impulse | 2 | 42.00 ± 1.41 | +0.00 ± 2.24 | - | 42.00 | 10, 1 of 2 runs |" in cells[0]
+    assert "| timm | 2 | 42.00 ± 2.83 | (the best baseline) | - | 42.00 | 20, 1 of 2 runs |" in cells[0]
+    assert "| timm | 1 | 10.00 |" in cells[1]
+    assert "| impulse | 1 | 50.00 | - | - | 50.00 | - |" in cells[2]
 
 
 def test_runs_kept_without_curves_count_in_means_but_have_no_time_to_accuracy():
@@ -123,9 +130,11 @@ def test_runs_kept_without_curves_count_in_means_but_have_no_time_to_accuracy():
     ]
     time_to_accuracy(rows)
     assert [r.get("epochs_to_timm", "absent") for r in rows] == [None, "absent", 10]
-    table = results_markdown(rows)
-    assert "| test | timm | 2 | 42.00 ± 2.83 | 42.00 | never (0/1) | 90.00 (1/2) | 1.000 |" in table
-    assert "| test | impulse | 1 | 43.00 ± - | 43.00 | 10 (1/1) | 90.00 | 1.000 | +1.00 |" in table
+    table = results_markdown(rows, wide=True)
+    assert (
+        "| timm | 2 | 42.00 ± 2.83 | (the best baseline) | - | 42.00 | never, 0 of 1 run | 90.00 (of 1 runs) |" in table
+    )
+    assert "| impulse | 1 | 43.00 | +1.00 | - | 43.00 | 10, 1 of 1 run | 90.00 | 1.000 | +1.00 |" in table
 
 
 # --- grids, init options, snapshots --------------------------------------------------------------
@@ -353,7 +362,11 @@ def test_smoke_convergence_study_runs_levers_on_validation_and_the_protocol_on_t
     assert config["mixup"] == 0.8 and config["randaugment"] and config["warmup_epochs"] == 0.33
     assert (out / "light-h6" / "per_class_8" / "timm-seed0" / "snapshots" / "epoch_0002.pt").exists()
     text = (out / "docs" / "convergence.md").read_text()
-    assert "### light-h6-val" in text and "| val | impulse[target_fidelity=0.7] | 1 |" in text
+    assert (
+        "### light-h6-val" in text
+        and "| impulse[target_fidelity=0.7] | 1 |" in text
+        and "| validation images |" in text
+    )
     assert "Plateau" in text and (out / "docs" / "figures" / "convergence-light-h6.png").exists()
     assert "### Acceptance" in text and "| light-h6 | 8 | " in text and "| small-data-h6 | 8 | " in text
     # a rerun trains nothing new

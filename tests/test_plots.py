@@ -43,9 +43,9 @@ def test_curves_never_average_across_recipes_and_count_seeds(tmp_path, figures):
     top = [ax for ax in fig.axes if ax.get_ylabel().endswith("top-1 (%)")]
     assert len(top) == 2 and "recipe r1" in top[0].get_title() and "recipe r2" in top[1].get_title()
     loss = [ax for ax in fig.axes if ax.get_ylabel() == "training loss"]
-    legend = loss[0].get_legend()  # where the falling loss curves leave room: the upper right
+    legend = loss[0].get_legend()  # below the panels
     assert [t.get_text() for t in legend.get_texts()] == ["impulse (1 seed)", "timm (3 seeds)"]
-    assert legend.get_title().get_text() == "mean; band: +-1 std over seeds"
+    assert legend.get_title().get_text() == "mean; band: ±1 std over seeds"
     lines = {line.get_label(): line.get_color() for line in top[0].get_lines()}
     assert lines == {"impulse (1 seed)": "tab:green", "timm (3 seeds)": "tab:blue"}
     assert (tmp_path / "curves.png").stat().st_size > 0
@@ -77,9 +77,9 @@ def test_attention_panels_share_one_scale_and_name_offset_and_fidelity(tmp_path,
     attention.plot_attention(maps, grid, tmp_path / "a.png", "title", heads=reports)
     (fig,) = figures
     panels = [ax for ax in fig.axes if ax.images]
-    assert [ax.images[0].get_clim() for ax in panels] == [(0.0, pytest.approx(1.8))] * 4  # one colour scale
-    assert [ax.get_title() for ax in panels[:2]] == [f"h0 (+0,+1) {reports[0][0].fidelity:.2f}", "h1 (+0,+1) "
-                                                      f"{reports[0][1].fidelity:.2f}"]  # fmt: skip
+    assert [ax.images[0].get_clim() for ax in panels] == [(0.0, 1.0)] * 4  # one colour scale
+    assert [ax.get_title() for ax in panels[:2]] == [f"h0 (+0,+1) share {reports[0][0].fidelity:.2f}", "h1 (+0,+1) "
+                                                      f"share {reports[0][1].fidelity:.2f}"]  # fmt: skip
     assert panels[0].get_ylabel() == "layer 0\nquery token" and panels[-1].get_xlabel() == "key token"
     assert any(ax.get_ylabel() == "attention weight" for ax in fig.axes)  # the colourbar
 

@@ -104,7 +104,7 @@ def test_smoke_families_runs_swin_and_mixer_and_writes_their_tables(tmp_path):
     text = (tmp_path / "out" / "docs" / "families.md").read_text()
     for name, model in (("swin", "swin_d6_p2_w4"), ("mixer", "mixer_d6_p4")):
         section = text[text.index(f"### {name} ({model}, ") :]
-        assert f"| {model} |" in section and "| impulse | 1 |" in section and "| timm | 1 |" in section
+        assert f"**images**, {model}, " in section and "| impulse | 1 |" in section and "| timm | 1 |" in section
     assert "| impulse | window pseudo input (per head) | 0.980 | 0.980 | " in text
     assert "| impulse | unit impulses (per token mixer) | 1.000 | 1.000 | " in text
 

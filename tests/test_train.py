@@ -86,8 +86,8 @@ def test_compare_runs_the_grid_writes_tables_and_skips_finished_runs(tmp_path):
     assert len(rows) == 4
     header, *lines = (tmp_path / "results.csv").read_text().splitlines()
     assert header == (
-        "dataset,model,heads,per_class,init,seed,epochs,steps,split,top1,best_top1,epochs_to_timm,top5,secs,train_loss,"
-        "recipe,device,precision"
+        "dataset,model,heads,per_class,init,seed,epochs,steps,split,images,top1,best_top1,epochs_to_timm,top5,secs,"
+        "train_loss,recipe,device,precision"
     )
     assert len(lines) == 4 and all(line.startswith("digits,vit_digits,4,10,") for line in lines)
     cpu = torch.device("cpu")  # where each run ran, as its config.yaml recorded it
@@ -95,7 +95,8 @@ def test_compare_runs_the_grid_writes_tables_and_skips_finished_runs(tmp_path):
     with open(tmp_path / "results.csv") as f:
         assert {(r["device"], r["precision"]) for r in csv.DictReader(f)} == {(device_name(cpu), precision)}
     table = (tmp_path / "results.md").read_text()
-    assert "| digits | vit_digits | 4 | 10 | 1 | test | impulse | 2 |" in table and "gain over mimetic" in table
+    assert "**digits**, vit_digits, 4 heads, 10 training images per class, 1 epochs" in table
+    assert "| impulse | 2 |" in table and "| 360 |" in table  # digits' test images
     assert (tmp_path / "curves.png").stat().st_size > 10_000
     before = (tmp_path / "per_class_10" / "timm-seed0" / "metrics.jsonl").read_text()
     compare(base, ["timm", "impulse"], [0, 1], [10], tmp_path)  # all finished: nothing reruns

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from .offsets import check_kernel_size
-from .report import LayerReport, Report, best_offsets
+from .report import MEASURED, LayerReport, Report, best_offsets
 
 if TYPE_CHECKING:
     from .adapters import ModelAdapter
@@ -75,7 +75,7 @@ def fidelity(
         for i, m in enumerate(maps)
     ]
     source = "pseudo input" if images is None else f"{len(images)} images"
-    return Report("measured", type(model).__name__, layers, measured_on=source, options={"kernel_size": kernel_size})
+    return Report(MEASURED, type(model).__name__, layers, measured_on=source, options={"kernel_size": kernel_size})
 
 
 @torch.no_grad()

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import stat
+import textwrap
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -122,6 +123,13 @@ class _Writes:
 def atomic_write_text(path: Path, text: str, then: str = "") -> None:
     """Replace a small text file whole: a crash leaves the old one."""
     atomic_write(path, lambda f: f.write(text.encode()), then=then)
+
+
+def fitted_title(text: str, width_inches: float, fontsize: float) -> str:
+    """`text` with its lines broken to fit `width_inches` at `fontsize` points (a long path too, where it
+    must), so that a figure's title wraps instead of running off its edge."""
+    width = max(20, int(width_inches * 72 / (0.6 * fontsize)))  # characters: ~0.6 em each
+    return "\n".join(textwrap.fill(line, width, break_on_hyphens=False) or line for line in text.split("\n"))
 
 
 def save_figure(figure: Any, path: Path, dpi: int) -> None:

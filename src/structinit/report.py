@@ -9,11 +9,14 @@ import torch
 
 from .offsets import Offset, kernel_offsets, offset_mass
 
+MEASURED = "measured"  # the method of a report that measured a model (fidelity.fidelity): its offsets are its finding
+
 
 @dataclass
 class HeadReport:
     offset: Offset | None  # the head's impulse offset (dy, dx): assigned, or the best one when measured
     fidelity: float | None  # mean attention mass valid queries put on the key at that offset
+    assigned: bool = True  # the init set the offset (an impulse init), not a measurement that found it
 
 
 @dataclass
@@ -87,18 +90,24 @@ class Report:
 
         options = ", ".join(f"{k}={v}" for k, v in self.options.items())
         unit = self.unit
+        # an init that assigns no offsets (timm, mimetic, ...) is not an impulse filter: its heads show only
+        # the largest share one kernel offset holds, not an offset that would read as assigned
+        offsets = self.method == MEASURED or any(h.assigned and h.offset for layer in self.layers for h in layer.heads)
         lines = [
             f"{self.method} init of {self.model} (seed {self.seed}) in {self.seconds:.3f} s"
             + (f" [{options}]" if options else ""),
             f"fidelity on {self.measured_on}: mean {fmt(self.mean_fidelity)}, worst {unit} {fmt(self.min_fidelity)}",
-            f"layer  seconds  {unit}s: offset (dy,dx) fidelity",
+            f"layer  seconds  {unit}s: offset (dy,dx) fidelity"
+            if offsets
+            else f"layer  seconds  {unit}s: largest share on one offset (no offsets assigned)",
         ]
         if self.source:
             lines.insert(1, "from " + ", ".join(f"{k} {v}" for k, v in self.source.items()))
         shown = 16  # a ConvMixer layer has hundreds of filters: show the first few
         for layer in self.layers:
             cells = "  ".join(
-                f"{f'({h.offset[0]:+d},{h.offset[1]:+d})' if h.offset else '(  -  )'} {fmt(h.fidelity)}"
+                (f"{f'({h.offset[0]:+d},{h.offset[1]:+d})' if h.offset else '(  -  )'} " if offsets else "")
+                + fmt(h.fidelity)
                 for h in layer.heads[:shown]
             )
             more = f"  ... {len(layer.heads) - shown} more" if len(layer.heads) > shown else ""
@@ -123,4 +132,4 @@ def best_offsets(attn: torch.Tensor, kernel_size: int, grid: tuple[int, int], nu
     heads = attn.shape[1]
     masses = torch.stack([offset_mass(attn, [o] * heads, grid, num_prefix) for o in candidates], dim=1)
     best = masses.argmax(dim=1)
-    return [HeadReport(candidates[int(i)], float(masses[h, i])) for h, i in enumerate(best)]
+    return [HeadReport(candidates[int(i)], float(masses[h, i]), assigned=False) for h, i in enumerate(best)]

@@ -138,6 +138,7 @@ def run_compare(args: argparse.Namespace) -> int:
         rerun=args.rerun,
         threads=args.threads,
         cluster=cluster_of(args),
+        wide=args.wide,
     )
     print((Path(args.out) / "results.md").read_text(), end="")
     print(f"{len(rows)} runs; results.csv, results.md, curves.png and summary.png in {args.out}")

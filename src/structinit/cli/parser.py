@@ -164,6 +164,12 @@ def add_compare_command(commands: argparse._SubParsersAction) -> None:
         help="torch threads per run (default: the cores / K); a CPU grid repeats bit for bit at the same T",
     )
     run("--rerun", action="store_true", help="train again (from scratch) run directories made with another recipe")
+    run(
+        "--wide",
+        action="store_true",
+        help="results.md with every column: best top-1, epochs to timm's final, top-5, train loss, gains over timm "
+        "and mimetic (default: init, top-1, margin over the best baseline, evaluation images)",
+    )
     jobs = grid.add_argument_group(f"cluster jobs (through submitit: pip install '{DISTRIBUTION}[cluster]')")
     jobs.add_argument(
         "--cluster",

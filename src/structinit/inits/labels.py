@@ -39,6 +39,15 @@ KERNEL_SIZE = "kernel_size"
 
 # Not an init method: leave the model as its constructor made it (e.g. a ConvMixer reference row).
 DEFAULT = "default"
+# The methods a structured init is measured against (inits/baselines.py, and the model as constructed).
+BASELINES = ("timm", "kaiming", "mimetic", DEFAULT)
+
+
+def label_method(label: str) -> str:
+    """The method a label names, its options unread: 'mimetic[base=kaiming]' -> 'mimetic',
+    'impulse-soft' -> 'impulse' (a recorded label is named even where its options are no longer known)."""
+    name = label.strip().partition("[")[0]
+    return VARIANTS[name][0] if name in VARIANTS else name
 
 
 def parse_assignments(text: str | None, what: str) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from torch import nn
 
 from ..adapters import get_adapter
 from ..adapters.convmixer import get_conv_adapter
-from ..files import save_figure
+from ..files import fitted_title, save_figure
 
 
 def stable_rank(matrices: torch.Tensor) -> torch.Tensor:
@@ -111,14 +111,18 @@ def plot_ranks(ranks, path: Path, title: str = "") -> None:
     """Stable rank per layer (patch embedding, then each block), with min(N, D), the largest
     possible rank, as a dashed line: how far below it the features live."""
     plt = _plt()
+    from matplotlib.ticker import LogFormatter
+
     fig, ax = plt.subplots(figsize=(max(5, 0.6 * len(ranks)), 3.6))
     x = np.arange(len(ranks))
     ax.plot(x, [r.stable_rank for r in ranks], "o-", label="stable rank (mean over images)")
     ax.plot(x, [r.bound for r in ranks], "--", color="grey", label="min(N, D)")
     ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(LogFormatter())  # plain numbers: 60, not 6x10^1
+    ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False))
     ax.set_xticks(x, [r.name.replace("patch embedding", "patch emb.") for r in ranks], rotation=45, ha="right")
     ax.set_ylabel("stable rank")
-    ax.set_title(title, fontsize=9)
+    ax.set_title(fitted_title(title, fig.get_figwidth(), 9), fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()

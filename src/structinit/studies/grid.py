@@ -31,7 +31,8 @@ from ..training.run import train
 from ..training.setting import flag
 from ..training.settings import TrainConfig
 from .launch import Cluster, LocalJob, local_workers, new_processes_ignore_signals, run_on_cluster
-from .results import REPORT_FIX, collect, write_results
+from .results import REPORT_FIX, collect
+from .tables import write_results
 
 # an init label that is a folder name as it is: a method or variant without options (timm, impulse-soft)
 PLAIN_LABEL = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -60,10 +61,11 @@ def compare(
     rerun: bool = False,
     threads: int | None = None,
     cluster: Cluster | None = None,
+    wide: bool = False,
 ) -> list[dict[str, Any]]:
     """Run the grid (finished runs are skipped, interrupted ones resumed, `rerun`: runs made with
     another recipe are trained again instead of refused; `cluster`: each run a job, see run_configs)
-    and write the results."""
+    and write the results (`wide`: results.md with every column, tables.results_markdown)."""
     out = Path(out)
     for name, values in (("--inits", inits), ("--seeds", seeds), ("--per-class", per_class)):
         if not values:
@@ -81,7 +83,7 @@ def compare(
     run_configs(configs, parallel, root=out, rerun=rerun, threads=threads, cluster=cluster)
     rows = collect(out)
     remove_temporaries(out, RESULT_FILES)  # what an interrupted write of the results left
-    write_results(rows, out)
+    write_results(rows, out, wide)
     if rows:
         from .plots import plot_curves, plot_summary  # matplotlib: only once there is something to draw
 

@@ -13,8 +13,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
-from ..files import save_figure
+from ..files import fitted_title, save_figure
 from .results import CELL_KEYS  # the cells of results.md: tables and figures split rows alike
+from .tables import SPLITS, training_images
 
 # one colour per init label in every figure, whatever else the grid holds; other labels (with
 # options) take a colour from their own text, so they too keep it from figure to figure, unless another
@@ -60,9 +61,10 @@ def cells(rows: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
     several_recipes = len({key[-1] for key in groups}) > 1
     result = []
     for key, members in sorted(groups.items()):
-        dataset, model, heads, per_class, epochs, _split, recipe = key
-        size = f"{per_class}/class" if per_class else "all images"
-        title = f"{dataset}, {size}, {epochs} epochs\n{model}" + (f", {heads} heads" if heads else "")
+        dataset, model, heads, _per_class, epochs, _split, recipe = key
+        title = f"{dataset}, {training_images(members[0])}, {epochs} epochs\n{model}" + (
+            f", {heads} heads" if heads else ""
+        )
         result.append((title + (f", recipe {recipe}" if several_recipes else ""), members))
     return result
 
@@ -71,12 +73,23 @@ def _seeds(n: int) -> str:
     return f"{n} seed{'s' if n != 1 else ''}"
 
 
+def evaluated_on(members: list[dict[str, Any]]) -> str:
+    """'top-1 on 360 test images (one image: 0.28 points)', or without the count where no run recorded it."""
+    split = SPLITS.get(members[0].get("split", "test"), "test")
+    counts = sorted({r["images"] for r in members if r.get("images")})
+    if not counts:
+        return f"top-1 on the {split} images"
+    return f"top-1 on {', '.join(map(str, counts))} {split} images (one image: {100 / counts[0]:.2g} points)"
+
+
 def plot_curves(rows: list[dict[str, Any]], path: Path) -> None:
     """Per cell, a column of two panels: top-1 at the evaluated epochs and training loss at every
     epoch (does an init converge faster early, and keep it?). One line per init, the mean over its
-    seeds, in the init's own colour; the band is +-1 standard deviation over the seeds."""
+    seeds, in the init's own colour; the band is ±1 standard deviation over the seeds (none with one seed)."""
     columns = cells(rows)
-    fig, axes = plt.subplots(2, len(columns), figsize=(5 * len(columns), 6.8), squeeze=False, sharex="col")
+    inits = max(len({r["init"] for r in members}) for _, members in columns)  # the legend below takes a line each
+    height = 6.8 + 0.3 * inits
+    fig, axes = plt.subplots(2, len(columns), figsize=(5 * len(columns), height), squeeze=False, sharex="col")
     colours = figure_colours([r["init"] for r in rows])
     for column, (title, members) in enumerate(columns):
         top, bottom = axes[0][column], axes[1][column]
@@ -91,35 +104,38 @@ def plot_curves(rows: list[dict[str, Any]], path: Path) -> None:
                 ax.plot(
                     epochs,
                     mean,
-                    label=f"{init} ({_seeds(len(runs))})",
+                    label=fitted_title(f"{init} ({_seeds(len(runs))})", 4.5, 8),
                     color=colour,
                     marker="o" if len(epochs) < 6 else None,
                 )
                 if len(runs) > 1:
                     std = data.std(0, ddof=1)
                     ax.fill_between(epochs, mean - std, mean + std, alpha=0.2, color=colour, linewidth=0)
-        top.set_title(title, fontsize=9)
+        top.set_title(fitted_title(f"{title}\n{evaluated_on(members)}", 5, 9), fontsize=9)
         splits = {r.get("split", "test") for r in members}
         top.set_ylabel(f"{'validation' if splits == {'val'} else 'test'} top-1 (%)")
         bottom.set_ylabel("training loss")
         bottom.set_xlabel("epoch")
         for ax in (top, bottom):
             ax.grid(alpha=0.3)
-        bottom.legend(fontsize=8, title="mean; band: +-1 std over seeds", title_fontsize=7, loc="upper right")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole
+        band = "mean; band: ±1 std over seeds" if _most_seeds(members) > 1 else "one seed each: no band"
+        # below the panels: a long label never covers a curve
+        bottom.legend(fontsize=8, title=band, title_fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18))
     fig.tight_layout()
     save_figure(fig, path, 120)
     plt.close(fig)
 
 
 def plot_summary(rows: list[dict[str, Any]], path: Path, baseline: str = "timm") -> None:
-    """Per cell, bars of the final top-1 and of the epochs each init needed to reach `baseline`'s
-    final top-1: mean with +-1 std error bars over seeds, every seed as a dot; runs that never got
-    there are counted under their bar ('2/3 reached'), and an init none of whose runs did says so."""
+    """Per cell, bars of the final top-1 (from 0, under the number of images it was measured on) and of
+    the epochs each init needed to reach `baseline`'s final top-1: mean with ±1 std error bars over seeds,
+    every seed as a dot; runs that never got there are counted under their bar ('2/3 reached'), and an
+    init none of whose runs did says so."""
     columns = cells(rows)
     key = f"epochs_to_{baseline}"
-    fig, axes = plt.subplots(
-        2, len(columns), figsize=(max(4.5, 1.1 * _widest(columns)) * len(columns), 7), squeeze=False
-    )
+    width = max(4.5, 1.1 * _widest(columns))  # of a column
+    fig, axes = plt.subplots(2, len(columns), figsize=(width * len(columns), 7), squeeze=False)
     colours = figure_colours([r["init"] for r in rows])
     for column, (title, members) in enumerate(columns):
         inits = sorted({r["init"] for r in members}, key=lambda i: (i != baseline, i))
@@ -139,12 +155,12 @@ def plot_summary(rows: list[dict[str, Any]], path: Path, baseline: str = "timm")
             ax.grid(alpha=0.3, axis="y")
         splits = {r.get("split", "test") for r in members}
         top.set_ylabel(f"final {'validation' if splits == {'val'} else 'test'} top-1 (%)")
-        top.set_title(title + f"\nmean +-1 std over seeds ({_seeds(_most_seeds(members))}), dots: seeds", fontsize=9)
+        seeds = _most_seeds(members)
+        bars = f"mean ±1 std over seeds ({_seeds(seeds)}), dots: seeds" if seeds > 1 else "one seed: no error bars"
+        top.set_title(fitted_title(f"{title}\n{evaluated_on(members)}\n{bars}", width, 9), fontsize=9)
         bottom.set_ylabel(f"epochs to {baseline}'s final top-1")
         bottom.yaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole
-        values = [r["top1"] for r in members]
-        spread = max(values) - min(values)
-        top.set_ylim(max(0.0, min(values) - max(2 * spread, 2)), min(100.0, max(values) + max(spread, 1)))
+        top.set_ylim(0, min(100.0, 1.1 * max(r["top1"] for r in members) + 1))  # from 0: a bar's length is its top-1
     fig.tight_layout()
     save_figure(fig, path, 120)
     plt.close(fig)

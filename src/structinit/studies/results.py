@@ -1,20 +1,18 @@
 """A grid's finished runs as rows: each run's record checked (summary, log, config and checkpoint
-agree), its curve, best top-1 and time to accuracy (the epochs it needed to reach timm's mean final
-top-1 in the same cell); results.csv and results.md (mean ± std per cell and init, gains over timm
-and mimetic) and the figures."""
+agree), its curve, best top-1, time to accuracy (the epochs it needed to reach timm's mean final top-1 in
+the same cell) and the number of images it was evaluated on; the tables (tables.py) and figures
+(plots.py) are drawn from them."""
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
 import json
 import statistics
 from pathlib import Path
 from typing import Any
 
 from ..data.datasets import parse_spec
-from ..files import atomic_write_text, read_json_object
+from ..files import read_json_object
 from ..report import recorded_heads
 from ..training.checkpoint import load_checkpoint
 from ..training.config_file import read_run_config
@@ -32,6 +30,7 @@ CSV_COLUMNS = [
     "epochs",
     "steps",
     "split",
+    "images",
     "top1",
     "best_top1",
     "epochs_to_timm",
@@ -110,6 +109,9 @@ def _row(
         "seed": config["seed"],
         "epochs": summary["epochs_done"],
         "split": split,
+        "images": summary.get(f"{split}_images", ""),  # older runs did not record it
+        "val_per_class": config["val_per_class"] or "",
+        "train_fraction": config["train_fraction"] or "",
         "top1": round(summary[f"{split}_top1"], 3),
         "best_top1": round(max(t for _, t in top1_curve), 3),
         "top5": round(summary[f"{split}_top5"], 3),
@@ -161,78 +163,6 @@ def dataset_name(spec: str) -> str:
     """'cifar10:../shared/datasets/cifar10' -> 'cifar10'; 'imagefolder:/data/flowers' -> 'flowers'."""
     name, path = parse_spec(spec)
     return path.name if name == "imagefolder" else name
-
-
-def write_results(rows: list[dict[str, Any]], out: Path) -> None:
-    """results.csv (one row per run) and results.md (the tables), each written whole (files.atomic_write)."""
-    table = io.StringIO(newline="")
-    writer = csv.DictWriter(table, CSV_COLUMNS, extrasaction="ignore")
-    writer.writeheader()
-    writer.writerows(rows)
-    atomic_write_text(out / "results.csv", table.getvalue())
-    atomic_write_text(out / "results.md", results_markdown(rows))
-
-
-def results_markdown(rows: list[dict[str, Any]]) -> str:
-    """Mean ± std top-1 per cell and init (runs of different recipes, epochs or evaluation splits are
-    never averaged together; a `recipe` column names the recipe where a table holds several), with
-    the gains over timm's and mimetic's means in the same cell, the best top-1 along the curve, the
-    epochs to reach timm's final top-1 (runs that got there: mean, and how many), and the final
-    training loss (which tells underfitting from overfitting)."""
-    groups: dict[tuple, list[dict[str, Any]]] = {}
-    for row in rows:
-        key = (*(row.get(k) for k in CELL_KEYS), row["init"])
-        groups.setdefault(key, []).append(row)
-    several = len({row.get("recipe") for row in rows}) > 1
-    lines = [
-        "| dataset | model | heads | per class | epochs | on |"
-        + (" recipe |" if several else "")
-        + " init | runs | top-1 (%) mean ± std | best top-1 "
-        "| epochs to timm's final | top-5 (%) | train loss | gain over timm | gain over mimetic |",
-        "|---|---|---|---|---|---|" + ("---|" if several else "") + "---|---|---|---|---|---|---|---|---|",
-    ]
-
-    def gain(setting: tuple, baseline: str, mean: float) -> str:
-        runs = groups.get((*setting, baseline))
-        return f"{mean - statistics.mean(r['top1'] for r in runs):+.2f}" if runs else "-"
-
-    for key, runs in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
-        dataset, model, heads, per_class, epochs, split, recipe, init = key
-        top1 = [r["top1"] for r in runs]
-        mean = statistics.mean(top1)
-        spread = f"{statistics.stdev(top1):.2f}" if len(top1) > 1 else "-"  # one run has no spread
-        setting = key[:-1]
-        over_timm = gain(setting, "timm", mean) if init != "timm" else "-"
-        over_mimetic = gain(setting, "mimetic", mean) if init != "mimetic" else "-"
-        lines.append(
-            f"| {dataset} | {model} | {heads} | {per_class or 'all'} | {epochs} | {split} |"
-            + (f" {recipe} |" if several else "")
-            + f" {init} | {len(runs)} | {mean:.2f} ± {spread} | {recorded_mean(runs, 'best_top1')} | {reached(runs)} "
-            f"| {recorded_mean(runs, 'top5')} | {recorded_mean(runs, 'train_loss', 3)} | {over_timm} | {over_mimetic} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def recorded_mean(runs: list[dict[str, Any]], key: str, digits: int = 2) -> str:
-    """The mean of `key` over the runs that recorded it, '(k/n)' after it when only k of the n did
-    (results kept without their curves); '-' when none did."""
-    values = [r[key] for r in runs if r.get(key) is not None]
-    if not values:
-        return "-"
-    mean = f"{statistics.mean(values):.{digits}f}"
-    return mean if len(values) == len(runs) else f"{mean} ({len(values)}/{len(runs)})"
-
-
-def reached(runs: list[dict[str, Any]], baseline: str = "timm") -> str:
-    """'62 (3/3)': the mean epochs to the baseline's final top-1 over the runs that reached it, and how
-    many of the runs with a time (see time_to_accuracy) did; 'never (0/3)' if none did; '-' where
-    no run has a time (no baseline run in the cell, or no curves)."""
-    key = f"epochs_to_{baseline}"
-    timed = [r for r in runs if key in r]
-    if not timed:
-        return "-"
-    got = [r[key] for r in timed if r[key] is not None]
-    return f"{statistics.mean(got):.0f} ({len(got)}/{len(timed)})" if got else f"never (0/{len(timed)})"
 
 
 def _heads(path: Path) -> int | str:

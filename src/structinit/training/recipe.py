@@ -156,7 +156,8 @@ def compiles(config: TrainConfig, device: torch.device) -> bool:
 
 @torch.no_grad()
 def evaluate(model: nn.Module, batches, device: torch.device, world: Dist, amp_dtype, split: str = "test") -> dict:
-    """Top-1/top-5 (percent) and loss over the evaluation batches of every process, named by `split`."""
+    """Top-1/top-5 (percent), loss and the number of images over the evaluation batches of every process,
+    named by `split`."""
     model.eval()
     totals = torch.zeros(4, device=device, dtype=torch.float64)  # top-1, top-5, loss sum, count
     for images, labels in batches:
@@ -168,4 +169,9 @@ def evaluate(model: nn.Module, batches, device: torch.device, world: Dist, amp_d
         totals[2] += nn.functional.cross_entropy(logits, labels, reduction="sum")
         totals[3] += len(labels)
     c1, c5, loss, n = all_reduce_sum(totals, world).tolist()
-    return {f"{split}_top1": 100 * c1 / n, f"{split}_top5": 100 * c5 / n, f"{split}_loss": loss / n}
+    return {
+        f"{split}_top1": 100 * c1 / n,
+        f"{split}_top5": 100 * c5 / n,
+        f"{split}_loss": loss / n,
+        f"{split}_images": int(n),
+    }
