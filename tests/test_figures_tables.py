@@ -57,9 +57,20 @@ def test_attention_caption_tells_share_on_images_from_fidelity_on_the_pseudo_inp
     attention.plot_attention(maps, (4, 4), tmp_path / "a.png", f"model on {long}", heads=heads)
     (fig,) = figures
     caption = fig._suptitle.get_text()
-    assert "its share on these images" in caption and "share on the pseudo input" in caption
+    words = " ".join(caption.split())  # the caption as read, whatever its line breaks
+    assert "its share on these images" in words and "share on the pseudo input" in words
     assert max(len(line) for line in caption.splitlines()) < 100  # wrapped, long path too
     assert fig.axes[0].get_title() == "h0 (+0,+0) share 1.00"
+
+
+def test_summary_without_the_baseline_has_no_epochs_panel_and_wraps_long_labels(tmp_path, figures):
+    label = "impulse[vproj=keep,pos_scale=None,base=kaiming]"
+    plots.plot_summary([row(label, 0, 50.0), row("kaiming", 0, 48.0)], tmp_path / "summary.png", baseline="timm")
+    (fig,) = figures
+    assert len(fig.axes) == 1  # no "epochs to timm's final top-1" panel without timm
+    ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert "impulse[\nvproj=keep,\npos_scale=None,\nbase=kaiming]" in ticks
+    assert plots.wrapped_label("kaiming") == "kaiming"
 
 
 def test_summary_bars_start_at_zero_under_the_evaluation_size_with_no_std_for_one_seed(tmp_path, figures):

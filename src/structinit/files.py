@@ -128,7 +128,7 @@ def atomic_write_text(path: Path, text: str, then: str = "") -> None:
 def fitted_title(text: str, width_inches: float, fontsize: float) -> str:
     """`text` with its lines broken to fit `width_inches` at `fontsize` points (a long path too, where it
     must), so that a figure's title wraps instead of running off its edge."""
-    width = max(20, int(width_inches * 72 / (0.6 * fontsize)))  # characters: ~0.6 em each
+    width = max(20, int(width_inches * 72 / (0.65 * fontsize)))  # characters: ~0.65 em each
     return "\n".join(textwrap.fill(line, width, break_on_hyphens=False) or line for line in text.split("\n"))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -128,42 +129,61 @@ def plot_curves(rows: list[dict[str, Any]], path: Path) -> None:
 
 
 def plot_summary(rows: list[dict[str, Any]], path: Path, baseline: str = "timm") -> None:
-    """Per cell, bars of the final top-1 (from 0, under the number of images it was measured on) and of
-    the epochs each init needed to reach `baseline`'s final top-1: mean with ±1 std error bars over seeds,
-    every seed as a dot; runs that never got there are counted under their bar ('2/3 reached'), and an
-    init none of whose runs did says so."""
+    """Per cell, bars of the final top-1 (from 0, under the number of images it was measured on) and, where
+    the cell has `baseline`, of the epochs each init needed to reach its final top-1: mean with ±1 std
+    error bars over seeds, every seed as a dot; runs that never got there are counted under their bar
+    ('2/3 reached'), and an init none of whose runs did says so."""
     columns = cells(rows)
     key = f"epochs_to_{baseline}"
-    width = max(4.5, 1.1 * _widest(columns))  # of a column
-    fig, axes = plt.subplots(2, len(columns), figsize=(width * len(columns), 7), squeeze=False)
+    timed = any(key in r for r in rows)
+    width = max(4.5, 1.2 * _widest(columns))  # of a column
+    fig, axes = plt.subplots(
+        1 + timed, len(columns), figsize=(width * len(columns), 7 if timed else 4.5), squeeze=False
+    )
     colours = figure_colours([r["init"] for r in rows])
     for column, (title, members) in enumerate(columns):
         inits = sorted({r["init"] for r in members}, key=lambda i: (i != baseline, i))
-        top, bottom = axes[0][column], axes[1][column]
+        top = axes[0][column]
         for x, init in enumerate(inits):
             runs = [r for r in members if r["init"] == init]
-            colour = colours[init]
-            _bar(top, x, [r["top1"] for r in runs], colour)
-            reached = [r[key] for r in runs if r.get(key) is not None]
-            if any(key in r for r in runs):
-                if reached:
-                    _bar(bottom, x, reached, colour)
-                label = f"{len(reached)}/{len(runs)} reached" if reached else "never reached"
-                bottom.annotate(label, (x, 0), xytext=(0, 3), textcoords="offset points", ha="center", fontsize=7)
-        for ax in (top, bottom):
-            ax.set_xticks(range(len(inits)), inits, rotation=30, ha="right", fontsize=8)
+            _bar(top, x, [r["top1"] for r in runs], colours[init])
+            if timed:
+                _reached(axes[1][column], x, runs, key, colours[init])
+        for ax in axes[:, column]:
+            ax.set_xticks(range(len(inits)), [wrapped_label(i) for i in inits], fontsize=7)
             ax.grid(alpha=0.3, axis="y")
         splits = {r.get("split", "test") for r in members}
         top.set_ylabel(f"final {'validation' if splits == {'val'} else 'test'} top-1 (%)")
         seeds = _most_seeds(members)
         bars = f"mean ±1 std over seeds ({_seeds(seeds)}), dots: seeds" if seeds > 1 else "one seed: no error bars"
-        top.set_title(fitted_title(f"{title}\n{evaluated_on(members)}\n{bars}", width, 9), fontsize=9)
-        bottom.set_ylabel(f"epochs to {baseline}'s final top-1")
-        bottom.yaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole
+        top.set_title(fitted_title(f"{title}\n{evaluated_on(members)}\n{bars}", width - 1, 9), fontsize=9)
         top.set_ylim(0, min(100.0, 1.1 * max(r["top1"] for r in members) + 1))  # from 0: a bar's length is its top-1
+        if timed:
+            axes[1][column].set_ylabel(f"epochs to {baseline}'s final top-1")
+            axes[1][column].yaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole
     fig.tight_layout()
     save_figure(fig, path, 120)
     plt.close(fig)
+
+
+def _reached(ax: Any, x: int, runs: list[dict[str, Any]], key: str, colour: str) -> None:
+    """The epochs-to-baseline bar of one init, with how many of its runs got there."""
+    reached = [r[key] for r in runs if r.get(key) is not None]
+    if reached:
+        _bar(ax, x, reached, colour)
+    label = f"{len(reached)}/{len(runs)} reached" if reached else "never reached"
+    ax.annotate(label, (x, 0), xytext=(0, 3), textcoords="offset points", ha="center", fontsize=7)
+
+
+def wrapped_label(label: str, width: int = 18) -> str:
+    """An init label broken after its commas and brackets into lines of about `width` characters."""
+    parts = re.split(r"(?<=[,\[])", label)
+    lines = [""]
+    for part in parts:
+        if lines[-1] and len(lines[-1]) + len(part) > width:
+            lines.append("")
+        lines[-1] += part
+    return "\n".join(lines)
 
 
 def _bar(ax: Any, x: int, values: list[float], colour: str) -> None:
