@@ -1,14 +1,15 @@
-"""Beyond the plain ViT: timm vs impulse init for Swin and MLP-Mixer on a CIFAR-10 subset.
+"""Beyond the plain ViT: the impulse init against the defaults on other families, on a CIFAR-10 subset.
 
-Both models have the study ViT's budget (6 blocks, 8 x 8 tokens of width 192 at the end, 32 px)
-and train with the study's recipe (cpu-quick, 200 images per class, 20 epochs, full test set), two
-seeds, through `structinit compare`; finished runs are skipped, so a rerun only fills the gaps:
+Every model has the study ViT's budget (6 blocks, 8 x 8 tokens of width 192 at the end, 32 px) and
+trains with the study's recipe (cpu-quick, 200 images per class, 20 epochs: ~300 steps; full test set),
+two seeds, through `structinit compare`; finished runs are skipped, so a rerun only fills the gaps.
+Two parts, each its own section of docs/families.md (the text around them is kept), curves in
+docs/figures/curves-<family>.png:
 
-    .venv/bin/python benchmarks/families.py            # 8 runs of the study's recipe
-    .venv/bin/python benchmarks/families.py --smoke    # tiny models, 1 epoch: checks the pipeline
-
-Writes the tables between the markers of docs/families.md (the text around them is kept) and the
-curves to docs/figures/curves-<family>.png.
+    .venv/bin/python benchmarks/families.py                  # Swin and MLP-Mixer: timm, impulse (8 runs)
+    .venv/bin/python benchmarks/families.py --part new       # BEiT (relative-position bias) and a rotary
+                                                             # ViT: kaiming, timm, impulse (12 runs)
+    .venv/bin/python benchmarks/families.py --smoke [--part new]  # tiny models, 1 epoch: the pipeline
 """
 
 from __future__ import annotations
@@ -33,12 +34,21 @@ PER_CLASS, EPOCHS = 200, 20
 # name -> (model preset, model kwargs); smoke: the same families, one block or stage, 1 epoch
 FAMILIES = {"swin": ("swin_d6_p2_w4", {}), "mixer": ("mixer_d6_p4", {})}
 SMOKE = {"swin": ("swin_d6_p2_w4", {"depths": (2,), "num_heads": (3,)}), "mixer": ("mixer_d6_p4", {"num_blocks": 2})}
+# issue 52's families at the study ViT's size: BEiT (its bias table per block) and timm's axial-RoPE ViT
+STUDY_VIT = dict(img_size=32, patch_size=4, embed_dim=192, depth=6, num_heads=3)
+NEW = {"beit": ("beit_base_patch16_224", STUDY_VIT), "rope": ("vit_small_patch16_rope_224", STUDY_VIT)}
+SMOKE_NEW = {name: (model, {**kwargs, "depth": 1}) for name, (model, kwargs) in NEW.items()}
+# each part: its families (full, smoke), its inits, the docs section it writes
+PARTS = {
+    "swin-mixer": (FAMILIES, SMOKE, INITS, "tables"),
+    "new": (NEW, SMOKE_NEW, ["kaiming", "timm", "impulse"], "new-families"),
+}
 
 
-def run_family(name: str, model: str, kwargs: dict[str, Any], data: str, out: Path, smoke: bool) -> None:
+def run_family(name: str, model: str, kwargs: dict[str, Any], data: str, out: Path, smoke: bool, inits) -> None:
     recipe = dict(epochs=1, batch_size=8, eval_every=1) if smoke else dict(epochs=EPOCHS, eval_every=10)
     base = TrainConfig.from_preset("cpu-quick", data=data, model=model, model_kwargs=kwargs, quiet=True, **recipe)
-    compare(base, INITS, SEEDS[:1] if smoke else SEEDS, [8 if smoke else PER_CLASS], out / name)
+    compare(base, inits, SEEDS[:1] if smoke else SEEDS, [8 if smoke else PER_CLASS], out / name)
 
 
 def fidelity_table(grid: Path, rows: list[dict[str, Any]]) -> str:
@@ -55,7 +65,7 @@ def fidelity_table(grid: Path, rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_docs(out: Path, docs: Path, families: dict[str, tuple[str, dict[str, Any]]]) -> None:
+def write_docs(out: Path, docs: Path, families: dict[str, tuple[str, dict[str, Any]]], section: str) -> None:
     from structinit.studies.plots import plot_curves
 
     (docs / "figures").mkdir(parents=True, exist_ok=True)
@@ -74,7 +84,7 @@ def write_docs(out: Path, docs: Path, families: dict[str, tuple[str, dict[str, A
             f"![curves of {name}](figures/curves-{name}.png)\n"
         )
     write_generated_section(
-        docs / "families.md", "\n".join(sections) or "No finished runs yet.\n", "benchmarks/families.py"
+        docs / "families.md", "\n".join(sections) or "No finished runs yet.\n", "benchmarks/families.py", section
     )
 
 
@@ -84,14 +94,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="runs/families", help="run directories (resumable)")
     parser.add_argument("--docs", default=None, help="where families.md goes (default docs/; with --smoke, OUT/docs)")
     parser.add_argument("--smoke", action="store_true", help="tiny models and subsets, 1 epoch: checks the pipeline")
+    parser.add_argument("--part", choices=list(PARTS), default="swin-mixer", help="which families (default swin-mixer)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     docs = Path(args.docs) if args.docs else (out / "docs" if args.smoke else ROOT / "docs")
-    families = SMOKE if args.smoke else FAMILIES
+    full, smoke, inits, section = PARTS[args.part]
+    families = smoke if args.smoke else full
     for name, (model, kwargs) in families.items():
-        print(f"[{name}] {model}: {', '.join(INITS)}", flush=True)
-        run_family(name, model, kwargs, args.data, out, args.smoke)
-    write_docs(out, docs, families)
+        print(f"[{name}] {model}: {', '.join(inits)}", flush=True)
+        run_family(name, model, kwargs, args.data, out, args.smoke, inits)
+    write_docs(out, docs, families, section)
     print(f"done: {docs / 'families.md'}")
     return 0
 

@@ -109,6 +109,20 @@ def test_smoke_families_runs_swin_and_mixer_and_writes_their_tables(tmp_path):
     assert "| impulse | unit impulses (per token mixer) | 1.000 | 1.000 | " in text
 
 
+def test_smoke_families_new_part_trains_beit_and_a_rotary_vit_in_their_own_section(tmp_path):
+    families = load_benchmark("families")
+    data = make_imagefolder(tmp_path / "images", 32, per_class=8, classes=[f"c{i}" for i in range(3)])
+    args = ["--smoke", "--part", "new", "--data", f"imagefolder:{data}", "--out", str(tmp_path / "out")]
+    assert families.main(args) == 0
+    text = (tmp_path / "out" / "docs" / "families.md").read_text()
+    new = text[text.index("<!-- new-families:begin -->") : text.index("<!-- new-families:end -->")]
+    for name, model in (("beit", "beit_base_patch16_224"), ("rope", "vit_small_patch16_rope_224")):
+        section = new[new.index(f"### {name} ({model}, ") :]
+        assert all(f"| {init} | 1 |" in section for init in ("impulse", "kaiming", "timm"))
+    assert "| impulse | uniform image (per head) | 0.980 | 0.980 | " in new
+    assert "| impulse | pseudo input, rotated (per head) | 0.980 | 0.980 | " in new
+
+
 def test_smoke_timing_runs_one_fresh_run_per_protocol_cell_and_reproduces_the_docs(smoke_study, capsys):
     study, out, args = smoke_study
     assert study.main([*args, "--part", "protocol"]) == 0
