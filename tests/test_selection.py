@@ -294,7 +294,7 @@ def test_selection_study_smoke_trains_teachers_then_every_student_and_resumes_fr
     text = (tmp_path / "out" / "docs" / "selection.md").read_text()
     assert "| timm | timm | 1 |" in text and "select (impulse teacher)" in text
     assert (tmp_path / "out" / "docs" / "figures" / study.FIGURE).stat().st_size > 0 and study.FIGURE in text
-    assert f"| {study.STUDENT_SHOWN} |" in text and study.STUDENT_MODEL[0] not in text  # sizes, not timm's name
+    assert f", {study.STUDENT_SHOWN}, " in text and study.STUDENT_MODEL[0] not in text  # sizes, not timm's name
     from structinit.training.provenance import device_name
 
     teacher_row = next(line for line in text.splitlines() if line.startswith("| impulse | impulse | 1 |"))
