@@ -44,7 +44,7 @@ from torch import nn
 from structinit.data.augment import BatchAugment
 from structinit.data.datasets import load_data
 from structinit.inits.labels import InitSpec, split_top_level
-from structinit.inspection.scale import head_qk_norms
+from structinit.scale import head_qk_norms
 from structinit.training import TrainConfig
 from structinit.training.device import Dist, prefer_math_attention, resolve_amp, resolve_device
 from structinit.training.optimizer import create_optimizer, create_schedule

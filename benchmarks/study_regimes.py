@@ -40,7 +40,7 @@ from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
-from structinit.inspection.scale import head_qk_norms
+from structinit.scale import head_qk_norms
 from structinit.studies.grid import run_configs, run_dir
 from structinit.studies.ledger import is_recorded, ledger_and_runs, read_ledger, write_generated_section, write_ledger
 from structinit.studies.results import epochs_to_reach

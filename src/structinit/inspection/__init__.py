@@ -1,2 +1,2 @@
-"""One model, looked at: its attention maps (attention.py), feature ranks (rank.py) and Q/K scale
-(scale.py), from a run directory or a model name (target.py)."""
+"""One model, looked at: its attention maps (attention.py) and feature ranks (rank.py), from a run
+directory or a model name (target.py)."""

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ..data.datasets import load_data
-from ..inspection.scale import head_qk_norms
+from ..scale import head_qk_norms
 from ..training.device import Dist, resolve_device
 from ..training.recipe import Recipe
 from ..training.settings import TrainConfig

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from ..adapters import get_adapter
+from .adapters import get_adapter
 
 
 def head_qk_norms(model: nn.Module) -> list[float]:
