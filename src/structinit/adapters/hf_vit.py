@@ -17,12 +17,11 @@ _FAMILIES = ("vit", "deit", "dinov2")
 _TASKS = ("Model", "ForImageClassification", "ForImageClassificationWithTeacher", "ForMaskedImageModeling")
 
 
-class HFAttentionLayer(AttentionLayer):
-    def __init__(self, layer: nn.Module) -> None:
-        self.attn = layer.attention
-        self.norm = layer.norm1 if hasattr(layer, "norm1") else layer.layernorm_before  # Dinov2's, ViT's and DeiT's
-        self.num_heads, self.head_dim = self.attn.num_attention_heads, self.attn.head_dim
-        self.scale = self.attn.scaling
+class HFProjections:
+    """The weights of a Hugging Face attention (transformers >= 5: q/k/v/o_proj Linears, no q/k norms) as
+    the layer interface reads them; `attn` is the attention module."""
+
+    attn: nn.Module
 
     def qk_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self.attn.q_proj.weight, self.attn.k_proj.weight
@@ -35,6 +34,14 @@ class HFAttentionLayer(AttentionLayer):
 
     def value_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self.attn.v_proj.weight, self.attn.o_proj.weight
+
+
+class HFAttentionLayer(HFProjections, AttentionLayer):
+    def __init__(self, layer: nn.Module) -> None:
+        self.attn = layer.attention
+        self.norm = layer.norm1 if hasattr(layer, "norm1") else layer.layernorm_before  # Dinov2's, ViT's and DeiT's
+        self.num_heads, self.head_dim = self.attn.num_attention_heads, self.attn.head_dim
+        self.scale = self.attn.scaling
 
 
 class HFViTAdapter(ModelAdapter):

@@ -12,6 +12,7 @@ from timm.models.vision_transformer_relpos import ResPostRelPosBlock, VisionTran
 from torch import nn
 
 from .base import PackedQKVLayer
+from .hf_vit import HFProjections
 from .relpos_base import BiasMlp, BiasTable, RelPosAdapter, RelPosLayer, maps_on_uniform_image, table_rows
 from .timm_vit import TimmAttentionLayer, timm_scheme_
 
@@ -128,7 +129,7 @@ class TimmBeitAdapter(RelPosAdapter):
 _HF_BEIT = {"BeitModel", "BeitForImageClassification", "BeitForMaskedImageModeling"}
 
 
-class HFBeitLayer(RelPosLayer):
+class HFBeitLayer(HFProjections, RelPosLayer):
     """transformers' BeitLayer: q/k/v/o projections (k without bias), its own or the model's shared bias."""
 
     def __init__(self, layer: nn.Module, shared: nn.Module | None, grid: tuple[int, int]) -> None:
@@ -138,18 +139,6 @@ class HFBeitLayer(RelPosLayer):
         self.window, self.num_prefix = grid, 1
         index = self.bias.generate_relative_position_index(grid).to(self.bias.relative_position_bias_table.device)
         self.source = BiasTable(self.bias.relative_position_bias_table, table_rows(index, grid[0] * grid[1], 1))
-
-    def qk_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.attn.q_proj.weight, self.attn.k_proj.weight
-
-    def qk_biases(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        return self.attn.q_proj.bias, self.attn.k_proj.bias
-
-    def qk_norms(self) -> None:
-        return None
-
-    def value_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.attn.v_proj.weight, self.attn.o_proj.weight
 
     def relative_bias(self) -> torch.Tensor:
         tokens = self.window[0] * self.window[1] + 1

@@ -16,6 +16,7 @@ from torchvision.models.swin_transformer import ShiftedWindowAttentionV2, SwinTr
 from torchvision.models.swin_transformer import SwinTransformer as TorchvisionSwin
 
 from .base import PackedQKVLayer
+from .hf_vit import HFProjections
 from .relpos_base import BiasMlp, BiasTable, RelPosAdapter, RelPosLayer
 from .timm_vit import timm_scheme_
 
@@ -112,7 +113,7 @@ class TorchvisionSwinLayer(WindowLayer):
         return self.attn.get_relative_position_bias()[0]
 
 
-class HFSwinLayer(RelPosLayer):
+class HFSwinLayer(HFProjections, RelPosLayer):
     """transformers' SwinLayer: q/k/v/o projections and a bias table."""
 
     def __init__(self, block: nn.Module) -> None:
@@ -121,18 +122,6 @@ class HFSwinLayer(RelPosLayer):
         self.num_heads, self.head_dim, self.scale = attn.num_attention_heads, attn.head_dim, attn.scaling
         rows = bias.relative_position_index.reshape(bias.window_area, bias.window_area)
         self.source = BiasTable(bias.relative_position_bias_table, rows)
-
-    def qk_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.attn.q_proj.weight, self.attn.k_proj.weight
-
-    def qk_biases(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        return self.attn.q_proj.bias, self.attn.k_proj.bias
-
-    def qk_norms(self) -> None:
-        return None
-
-    def value_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.attn.v_proj.weight, self.attn.o_proj.weight
 
     def relative_bias(self) -> torch.Tensor:
         return self.bias()[0]
