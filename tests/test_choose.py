@@ -82,3 +82,15 @@ def test_choose_refuses_one_seed(tmp_path):
 def test_without_a_validation_size_choose_holds_out_a_fifth_of_the_smallest_class():
     assert validation_size(TrainConfig(data="digits", per_class=40)) == 8
     assert validation_size(TrainConfig(data="digits", per_class=5)) == 2  # at least 2
+
+
+def test_choose_loads_the_data_as_its_runs_do_resizing_a_folder_of_mixed_sizes(tmp_path):
+    folder = make_imagefolder(tmp_path / "images", 16, per_class=12, classes=("a", "b"))
+    make_imagefolder(tmp_path / "more", 24, per_class=2, classes=("a", "b"))
+    for image in (tmp_path / "more").rglob("*.png"):
+        image.rename(folder / image.relative_to(tmp_path / "more").parent / f"big-{image.name}")
+    model = {"patch_size": 2, "embed_dim": 32, "depth": 1, "num_heads": 2}
+    base = TrainConfig(data=f"imagefolder:{folder}", model="vit_tiny_patch16_224", model_kwargs=model, img_size=16)
+    base = TrainConfig(**{**base.__dict__, "val_per_class": 4, "batch_size": 8, "quiet": True})
+    choice = choose(base, minutes=1.0, seeds=[0, 1], out=tmp_path / "choose", epochs=1)
+    assert len(choice.rows) == 8 and choice.config.img_size == 16

@@ -14,10 +14,9 @@ from typing import Any
 
 import torch
 
-from ..data.datasets import load_data
 from ..scale import head_qk_norms
 from ..training.device import Dist, resolve_device
-from ..training.recipe import Recipe
+from ..training.recipe import Recipe, data_of
 from ..training.settings import TrainConfig
 from .grid import compare
 
@@ -125,7 +124,7 @@ class Choice:
 
 def validation_size(base: TrainConfig) -> int:
     """Images a class to hold out when none are asked: a fifth of the smallest class, 2 to 100."""
-    data = load_data(base.data, root=base.data_root, per_class=base.per_class, classes=base.classes)
+    data = data_of(dataclasses.replace(base, val_per_class=None))
     smallest = int(torch.bincount(data.train_labels).min())
     return max(2, min(100, smallest // 5))
 
@@ -145,15 +144,7 @@ def choose(
         raise ValueError("--seeds: give at least two, so that a margin can be held against the seed spread")
     if not base.val_per_class:
         base = dataclasses.replace(base, val_per_class=validation_size(base))
-    data = load_data(
-        base.data,
-        root=base.data_root,
-        per_class=base.per_class,
-        val_per_class=base.val_per_class,
-        classes=base.classes,
-        train_fraction=base.train_fraction,
-        subset_seed=base.subset_seed,
-    )
+    data = data_of(base)
     control = control_of(base, data, structured)
     inits = [structured, *BASELINES, control]
     if epochs is None:

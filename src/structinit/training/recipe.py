@@ -13,7 +13,7 @@ from timm.scheduler.scheduler import Scheduler
 from timm.utils import ModelEmaV3
 from torch import nn
 
-from ..data.datasets import StreamData, TensorData
+from ..data.datasets import StreamData, TensorData, load_data
 from ..models import PRESETS, build_model, patch_for
 from ..report import Report
 from .device import Dist, all_reduce_sum, prefer_math_attention, resolve_amp
@@ -128,6 +128,23 @@ def notices(config: TrainConfig, data: TensorData | StreamData) -> list[str]:
 def data_size(config: TrainConfig, data: TensorData | StreamData) -> int | None:
     """The side of the images the model is built for: the in-memory images', or --img-size."""
     return data.image_shape[1] if isinstance(data, TensorData) else config.img_size
+
+
+def data_of(config: TrainConfig) -> TensorData | StreamData:
+    """The data a run with `config` trains and is evaluated on (its subset and validation split included)."""
+    return load_data(
+        config.data,
+        root=config.data_root,
+        download=config.download,
+        cache_dir=config.cache_dir,
+        per_class=config.per_class,
+        train_fraction=config.train_fraction,
+        subset_seed=config.subset_seed,
+        val_per_class=config.val_per_class,
+        classes=config.classes,
+        img_size=config.img_size,
+        num_classes=config.num_classes,
+    )
 
 
 def model_of(config: TrainConfig, data: TensorData | StreamData) -> tuple[nn.Module, Report]:

@@ -25,7 +25,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ..data.batches import Feed, batches_for
-from ..data.datasets import fingerprint, load_data
+from ..data.datasets import fingerprint
 from ..errors import Notice, RunError, first_line
 from .checkpoint import load_checkpoint, rng_state, set_rng_state
 from .config_file import config_values, read_config
@@ -35,7 +35,7 @@ from .loggers import Loggers
 from .ownership import clear_run
 from .progress import Progress
 from .provenance import environment
-from .recipe import Recipe, evaluate, notices
+from .recipe import Recipe, data_of, evaluate, notices
 from .rundir import RunDir
 from .settings import TrainConfig
 
@@ -140,19 +140,7 @@ class Run:
     def build(self) -> None:
         """The data, the recipe (the model, initialised, and what trains it) and the batches."""
         config, world = self.config, self.world
-        self.data = load_data(
-            config.data,
-            root=config.data_root,
-            download=config.download,
-            cache_dir=config.cache_dir,
-            per_class=config.per_class,
-            train_fraction=config.train_fraction,
-            subset_seed=config.subset_seed,
-            val_per_class=config.val_per_class,
-            classes=config.classes,
-            img_size=config.img_size,
-            num_classes=config.num_classes,
-        )
+        self.data = data_of(config)
         self.data_fingerprint = fingerprint(self.data)
         self.recipe = Recipe(config, self.data, self.device, world)
         for line in notices(config, self.data) if world.main else []:
