@@ -827,6 +827,15 @@ def test_a_moved_grid_whose_run_has_no_checkpoint_is_named_not_deleted(tmp_path,
     assert files(run) == before
 
 
+def test_a_finished_grid_moved_without_its_checkpoints_is_collected_not_refused(finished_grid, tmp_path, capsys):
+    """As a lent GPU sends its runs back (their small files, no last.pt): nothing trains, the table is made."""
+    out = tmp_path / "returned"
+    shutil.copytree(finished_grid, out, ignore=shutil.ignore_patterns("*.pt"))
+    assert main([*GRID, "--epochs", "2", "--out", str(out)]) == 0
+    assert "timm" in (out / "results.csv").read_text()
+    assert not list(out.rglob("*.pt"))
+
+
 def test_sigterm_stops_a_parallel_grid_at_once_and_leaves_no_lock(tmp_path):
     out = tmp_path / "grid"
     command = [sys.executable, "-m", "structinit", *GRID[:-4], "--inits", "timm,kaiming", "--seeds", "0,1"]

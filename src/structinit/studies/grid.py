@@ -162,7 +162,8 @@ def _check_same_recipe(config: TrainConfig, rerun: bool) -> None:
         return
     if not written_by_a_run(path):  # a moved grid's runs are taken; only their own files may be deleted
         raise RunError(f"{path} was not written by a run: use another --out (it stays as it is)")
-    if not written_by_a_run(path, Path(config.out)) and not (Path(config.out) / "last.pt").exists():
+    moved = not written_by_a_run(path, Path(config.out))
+    if moved and not any((Path(config.out) / name).exists() for name in ("last.pt", "summary.json")):
         raise RunError(
             f"{config.out} holds the start of a run of another directory (moved or copied here) and no checkpoint "
             "to go on from: delete that folder to train the run here (structinit deletes only its own files)"
