@@ -59,12 +59,12 @@ INITS = [
     "timm",
     "kaiming",
     "mimetic",
-    "impulse-authors[base=keep]",
-    "impulse[target_fidelity=0.7]",
-    "impulse[target_fidelity=0.9]",
-    "impulse",
+    "impulse-neurips[base=keep]",
+    "impulse[target_fidelity=0.7,pos_scale=18.0,vproj=mimetic,base=keep]",
+    "impulse[target_fidelity=0.9,pos_scale=18.0,vproj=mimetic,base=keep]",
+    "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
     "impulse-soft",
-    "impulse[target_fidelity=0.995]",
+    "impulse[target_fidelity=0.995,pos_scale=18.0,vproj=mimetic,base=keep]",
 ]
 # part -> (model kwargs per row, inits)
 PARTS = {
@@ -74,14 +74,18 @@ PARTS = {
         [
             "timm",
             "mimetic",
-            "impulse",
-            "impulse[blind_to_content=False]",
-            "impulse[target_fidelity=0.9]",
+            "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
+            "impulse[blind_to_content=False,target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
+            "impulse[target_fidelity=0.9,pos_scale=18.0,vproj=mimetic,base=keep]",
         ],
     ),
 }
 LAYER_ROWS = [{"num_heads": 12}, {"num_heads": 3}, {"embed_dim": 128, "depth": 8, "num_heads": 16}]
-LAYER_INITS = ["impulse", "impulse[propagate=True]", "impulse[propagate=True,blind_to_content=False]"]
+LAYER_INITS = [
+    "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
+    "impulse[propagate=True,target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
+    "impulse[propagate=True,blind_to_content=False,target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
+]
 # (label, model, model kwargs, image size); ViT-T is built at 224 px and fed upsampled images
 CONDITIONING_ROWS = [
     ("study ViT, 12 heads, learned table", "vit_d6_p4", {"num_heads": 12}, 32),
@@ -92,10 +96,10 @@ CONDITIONING_ROWS = [
 CONDITIONING_INITS = [
     "timm",
     "mimetic",
-    "impulse[rcond=1e-05]",
-    "impulse[rcond=0.03]",
-    "impulse",
-    "impulse[rcond=0.3]",
+    "impulse[rcond=1e-05,target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
+    "impulse[rcond=0.03,target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
+    "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
+    "impulse[rcond=0.3,target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
 ]
 
 
@@ -241,7 +245,11 @@ def training_part(runs: Path, docs: Path, held_out: int = 26) -> None:
             datasets[key] = load_data(config.data, per_class=config.per_class, val_per_class=held_out)
         data = datasets[key]
         model, _ = model_of(config, data)  # the architecture; the weights come from the snapshots
-        offsets = assigned_offsets(run) if "impulse" in config.init else None
+        offsets = (
+            assigned_offsets(run)
+            if "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]" in config.init
+            else None
+        )
         images = normalise_for(model, data.val_images[:256])
         name = f"{run.parent.parent.name} {config.init}"  # the label from the record: folders are not labels
         snapshots = sorted(folder.glob("epoch_*.pt"))

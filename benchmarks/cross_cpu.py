@@ -33,13 +33,19 @@ from structinit.training.provenance import device_name
 # (model, --model-kwargs, init label, seed): what `structinit init` writes for each is pinned
 CASES = [
     ("vit_digits", "", "impulse", 3),
+    ("vit_digits", "", "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]", 3),
     ("vit_digits", "", "impulse-soft", 3),
-    ("vit_digits", "", "impulse-authors", 3),
+    ("vit_digits", "", "impulse-neurips", 3),
     ("vit_digits", "", "mimetic", 3),
     ("vit_digits", "", "timm", 3),
     ("vit_digits", "", "kaiming", 3),
     ("vit_digits", "", "qk-norm", 3),
-    ("vit_tiny_p4", "img_size=32", "impulse[kernel_size=5]", 0),
+    (
+        "vit_tiny_p4",
+        "img_size=32",
+        "impulse[kernel_size=5,target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
+        0,
+    ),
     ("vit_tiny_p4", "img_size=32", "mimetic[base=kaiming]", 0),
     ("swin_d6_p2_w4", "img_size=32", "impulse", 1),
     ("mixer_d6_p4", "img_size=32", "impulse", 1),

@@ -52,8 +52,14 @@ from structinit.training.recipe import evaluate, model_of
 
 # the paper's bundle on the authors' base, and the init of the code behind the paper's sin-cos tables: the Q/K
 # alone on PyTorch's base, as sharp as that code's solve makes them on this model (0.41: iclr_impulse.py)
-ICLR_IMPULSE = "impulse[vproj=keep,base=kaiming,target_fidelity=0.41]"
-INITS = ["kaiming", "timm", "mimetic[base=kaiming]", "impulse[base=kaiming]", ICLR_IMPULSE]
+ICLR_IMPULSE = "impulse[vproj=keep,base=kaiming,target_fidelity=0.41,pos_scale=18.0]"
+INITS = [
+    "kaiming",
+    "timm",
+    "mimetic[base=kaiming]",
+    "impulse[base=kaiming,target_fidelity=0.98,pos_scale=18.0,vproj=mimetic]",
+    ICLR_IMPULSE,
+]
 MODEL = "vit_w256_d8_p2_gap_sincos"
 
 

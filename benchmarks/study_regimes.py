@@ -40,6 +40,7 @@ from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
+from structinit.inits.labels import label_before
 from structinit.scale import head_qk_norms
 from structinit.studies.grid import run_configs, run_dir
 from structinit.studies.ledger import is_recorded, ledger_and_runs, read_ledger, write_generated_section, write_ledger
@@ -98,6 +99,11 @@ class Regime:
 REGIMES: dict[str, Regime] = {
     "p2-w96-d6-500": Regime("vit_w96_d6_p2_gap_sincos", {}, 500, 40, 64, 5e-4, 0.05),
 }
+# The default rule's guard (docs/studies/default-rule.md): the calibrated regime's model and recipe with a
+# learned position embedding and a class token (timm's ViT), as most users' ViTs have; test set, 3 seeds.
+LEARNED = {"pos_embed": "learn", "class_token": True, "global_pool": "token"}
+REGIMES["p2-w96-d6-500-learned"] = dataclasses.replace(REGIMES["p2-w96-d6-500"], model_kwargs=LEARNED, tokens=257)
+GUARD_INITS = ["impulse", "mimetic[base=kaiming]", "kaiming", "timm"]  # impulse: the paper's text
 # Calibrated in turn: the next candidate joins the list (REGIMES defines it) once the last one's verdict
 # is "no"; candidates already run stay, so their rows stay in the docs.
 CANDIDATES = ["p2-w96-d6-500"]
@@ -105,14 +111,17 @@ CALIBRATION_INITS = ["kaiming", "timm", "mimetic[base=kaiming]"]
 CALIBRATION_SEEDS = [0, 1]
 MIMETIC_OVER_KAIMING, MIMETIC_OVER_TIMM = 1.5, 1.0
 SMOKE_REGIME = Regime("vit_w96_d6_p2_gap_sincos", {}, 4, 2, 4, 5e-4, 0.05)
+SMOKE_LEARNED = dataclasses.replace(SMOKE_REGIME, model_kwargs=LEARNED, tokens=257)
 # The regime of the comparison: set by hand to the first candidate whose calibration reads "yes" (or, if
 # none does within the budget, to the closest one, and docs/regimes.md says so). None: not decided yet.
 CALIBRATED: str | None = "p2-w96-d6-500"  # calibrated: docs/regimes.md
 SEEDS = [0, 1, 2]
 MIMETIC = "mimetic[base=kaiming]"  # the mimetic of the published tables (the authors' code, their base)
+# `impulse` before structinit 0.3: sharp, x18, V/proj mimetic
+BUNDLE = "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]"
 # The search's choice, set by hand (docs/regimes.md): the candidates that cleared `kaiming` on the
 # validation split; each joins the comparison (test set, 3 seeds) as "the best setting found".
-SEARCH_CHOICE: list[str] = ["impulse[vproj=keep,base=kaiming,target_fidelity=0.09]"]  # val 61.52, seed 0
+SEARCH_CHOICE: list[str] = ["impulse[vproj=keep,base=kaiming,target_fidelity=0.09,pos_scale=18.0]"]  # val 61.52, seed 0
 # the soft settings' norm-matched controls (each head's Q/K at the setting's norm at init, on its base, no
 # structure), on the test set: does a lead over the base come from the structure or from the Q/K scale?
 SOFT_CONTROLS: list[str] = ["qk-norm[norm=2.8,base=kaiming]", "qk-norm[norm=4.0]"]  # SEARCH_CHOICE's, impulse-soft's
@@ -124,8 +133,8 @@ def main_inits(control_norm: float) -> list[str]:
     the impulse init's own per-head Q/K norm; the search's choice; the soft settings' norm-matched
     controls. Listed in the order they train within a seed: the paper's method (and the best setting
     found) and the baselines it must beat first, so that a partial grid answers the main question."""
-    others = [MIMETIC, "kaiming", "timm", control(control_norm), "impulse-authors", "impulse-soft"]
-    return ["impulse", *SEARCH_CHOICE, *others, *SOFT_CONTROLS]
+    others = [MIMETIC, "kaiming", "timm", control(control_norm), "impulse-neurips", "impulse-soft"]
+    return [BUNDLE, *SEARCH_CHOICE, *others, *SOFT_CONTROLS]
 
 
 def control(norm: float) -> str:
@@ -137,7 +146,7 @@ def bundle_parts(control_norm: float) -> dict[str, str]:
     The position-embedding part does nothing to a fixed sin-cos table; it runs all the same (a check
     that it is a no-op there)."""
     return {
-        "the impulse Q/K": "impulse[pos_scale=None,vproj=keep]",
+        "the impulse Q/K": "impulse[pos_scale=None,vproj=keep]",  # as first run (structinit 0.2): on_base
         "the position-embedding scale (x18)": "qk-norm[norm=None,pos_scale=18]",
         "the V/proj form (mimetic)": "qk-norm[norm=None,vproj=mimetic]",
         f"the Q/K norm ({control_norm})": f"qk-norm[norm={control_norm}]",
@@ -148,13 +157,15 @@ def bundle_parts(control_norm: float) -> dict[str, str]:
 # in layer 0 only (docs/regimes.md, "Attention at init"): chosen among on the validation split, seed 0,
 # against the calibration's baselines there; the best goes to the test set as "the best setting found".
 SEARCH_INITS = [
-    "impulse[vproj=keep]",  # the Q/K alone: 0.81-0.83 on the offset in every layer at init
-    "impulse[vproj=keep,target_fidelity=0.7]",  # softer maps: 0.47-0.52
-    "impulse[propagate=True]",  # the bundle, each layer solved on the previous block's output
-    "impulse[vproj=keep,base=kaiming]",  # the Q/K alone on the authors' base
+    # the Q/K alone: 0.81-0.83 on the offset in every layer at init
+    "impulse[vproj=keep,target_fidelity=0.98,pos_scale=18.0,base=keep]",
+    "impulse[vproj=keep,target_fidelity=0.7,pos_scale=18.0,base=keep]",  # softer maps: 0.47-0.52
+    # the bundle, each layer solved on the previous block's output
+    "impulse[propagate=True,target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
+    "impulse[vproj=keep,base=kaiming,target_fidelity=0.98,pos_scale=18.0]",  # the Q/K alone on the authors' base
     # the init of the code behind the paper's sin-cos tables (structured_init@9c2d0e0): Q/K alone, on PyTorch's
     # base, as soft as that code's solve makes them on this model (0.088 on the pseudo input: iclr_impulse.py)
-    "impulse[vproj=keep,base=kaiming,target_fidelity=0.09]",
+    "impulse[vproj=keep,base=kaiming,target_fidelity=0.09,pos_scale=18.0]",
     # the control of the search's choice: its per-head Q/K norm (2.8 in docs' attention-at-init table; kaiming 2.3),
     # same base, no structure: does the choice's lead over kaiming come from its prior or a 20 % larger Q/K?
     "qk-norm[norm=2.8,base=kaiming]",
@@ -164,7 +175,9 @@ BASES = {"timm": "timm", "kaiming": "kaiming"}  # base option -> the plain init 
 
 
 def on_base(label: str, base: str) -> str:
-    return f"{label[:-1]},base={base}]"
+    """A part of the bundle on `base`, named as its ledger rows are: the label it was first run with
+    (structinit 0.2) as it is written now (labels.label_before)."""
+    return label_before(f"{label[:-1]},base={base}]")
 
 
 def ablation_inits(control_norm: float) -> list[str]:
@@ -246,7 +259,7 @@ def matched_norm(regime: Regime, data: str) -> float:
     rounded to 0.1: the norm of the control that has its scale and not its structure."""
     from structinit.training.recipe import model_of
 
-    config = regime.config("impulse", 0, False, data, Path("unused"), False)
+    config = regime.config(BUNDLE, 0, False, data, Path("unused"), False)
     model, _ = model_of(config, dataset(data))
     return round(statistics.mean(head_qk_norms(model)), 1)
 
@@ -526,7 +539,7 @@ def sizing(steps: int = 10) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default="cifar10:../shared/datasets/cifar10", help="structinit --data spec")
-    parts = ["calibrate", "compare", "ablate", "search", "docs", "sizing"]
+    parts = ["calibrate", "compare", "ablate", "search", "guard", "docs", "sizing"]
     parser.add_argument("--part", choices=parts, default="calibrate")
     parser.add_argument("--out", default="runs/regimes", help="run directories (resumable)")
     parser.add_argument("--docs", default=None, help="where the docs go (default docs/; with --smoke, OUT/docs)")
@@ -542,7 +555,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     out = Path(args.out)
     docs = Path(args.docs) if args.docs else (out / "docs" if args.smoke else ROOT / "docs")
-    regimes = {"smoke": SMOKE_REGIME} if args.smoke else REGIMES
+    regimes = {"smoke": SMOKE_REGIME, "smoke-learned": SMOKE_LEARNED} if args.smoke else REGIMES
+    learned = "smoke-learned" if args.smoke else "p2-w96-d6-500-learned"
+    guard = [Grid(learned, GUARD_INITS, SEEDS[:1] if args.smoke else SEEDS, val=False)]
     chosen = "smoke" if args.smoke else CALIBRATED
     calibrating = calibration_grids(["smoke"] if args.smoke else CANDIDATES)
     comparison: list[Grid] = []
@@ -561,9 +576,8 @@ def main(argv: list[str] | None = None) -> int:
         bundle = (chosen, norm, repeats)
     elif args.part in ("compare", "ablate", "search"):
         parser.error("no regime is calibrated yet (CALIBRATED is None): run --part calibrate, then set it")
-    grids = {"calibrate": calibrating, "compare": comparison, "ablate": ablations, "search": search, "docs": []}[
-        args.part
-    ]
+    grids = {"calibrate": calibrating, "compare": comparison, "ablate": ablations, "search": search, "guard": guard}
+    grids = grids.get(args.part, [])
     configs, total = unfinished(grids, regimes, args.data, out, docs, args.smoke)
     if args.only:
         known = {init for grid in grids for init in grid.inits}
@@ -576,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.part}: {len(configs)} of {total} runs to train, {args.jobs} at a time", flush=True)
     if configs:
         run_configs(configs, parallel=args.jobs, threads=args.threads, root=out)
-    every = calibrating + comparison + ablations + search
+    every = calibrating + comparison + ablations + search + guard
     write_docs(rows_of(out, every, regimes, docs), docs, regimes, args.data, args.smoke, bundle)
     print(f"done in {time.perf_counter() - start:.0f} s; {docs / 'regimes.md'}, {docs / 'regimes.csv'}")
     return 0

@@ -41,14 +41,18 @@ STUDENT_CLASSES = ["dog", "frog", "horse", "ship", "truck"]
 TEACHER_MODEL = ("vit_small_patch16_224", dict(img_size=32, patch_size=4, depth=6))  # 384 wide, 6 heads
 STUDENT_MODEL = ("vit_small_patch16_224", dict(img_size=32, patch_size=4, depth=6, embed_dim=192, num_heads=3))
 STUDENT_SHOWN = "ViT w192 d6, patch 4 at 32 px"  # the tables' name for it: timm's name alone would say ViT-S/16
-TEACHERS = {"timm": "timm", "impulse": "impulse"}  # teacher name -> its init
+TEACHERS = {
+    "timm": "timm",
+    # named by its label before structinit 0.3, when `impulse` was this bundle
+    "impulse": "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
+}  # teacher name -> its init
 # student init -> (label, teacher): the baselines, selection (official and head-aware), selection with the
 # impulse Q/K on top, and selection from the impulse-initialised teacher
 STUDENT_INITS: dict[str, tuple[str, str | None]] = {
     "timm": ("timm", None),
     "kaiming": ("kaiming", None),  # PyTorch's defaults: the authors' baseline (docs/regimes.md)
     "mimetic": ("mimetic", None),
-    "impulse": ("impulse", None),
+    "impulse": ("impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]", None),
     "select": ("select", "timm"),
     "select-heads": ("select[rule=heads]", "timm"),
     "select+impulse-qk": ("select[qk=impulse]", "timm"),

@@ -51,9 +51,22 @@ from structinit.training import TrainConfig
 ROOT = Path(__file__).resolve().parent.parent
 # optimiser steps are what a CPU budget buys: ~300 at batch 128 for each subset size
 EPOCHS = {100: 40, 200: 20, 500: 8}
-INITS = ["timm", "kaiming", "mimetic", "impulse-authors[base=keep]", "impulse", "impulse-soft"]
+INITS = [
+    "timm",
+    "kaiming",
+    "mimetic",
+    "impulse-neurips[base=keep]",
+    "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
+    "impulse-soft",
+]
 # kaiming: 200 per class only
-INITS_BY_SIZE = ["timm", "mimetic", "impulse-authors[base=keep]", "impulse", "impulse-soft"]
+INITS_BY_SIZE = [
+    "timm",
+    "mimetic",
+    "impulse-neurips[base=keep]",
+    "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
+    "impulse-soft",
+]
 LEDGER = "results-runs.jsonl"
 SEEDS = [0, 1, 2]
 H12 = {"num_heads": 12}
@@ -93,32 +106,62 @@ EXTENDED = [
 # Each lever changes one thing of impulse (the paper's form); the table sets them beside
 # the protocol's runs of the same cell and seeds.
 LEVER_INITS = [
-    "impulse[target_fidelity=0.7]",  # softer maps
-    "impulse[target_fidelity=0.9]",
-    "impulse[target_fidelity=0.995]",  # sharper maps
-    "impulse[pos_scale=1]",  # position embedding at timm's scale, not x18
-    "impulse[pos_scale=40]",  # position weighs more against content
-    "impulse[vproj_beta=0.0]",  # V/proj without mimetic's -I term
-    "impulse[kernel_size=5]",
-    "impulse[assignment=ordered]",
-    "impulse[solver=refine]",
-    "impulse[blind_to_content=False]",
-    "impulse-authors[qk_scale=2,base=keep]",  # the authors' solver, softer (FINDINGS: their 12-head gain appears)
+    "impulse[target_fidelity=0.7,pos_scale=18.0,vproj=mimetic,base=keep]",  # softer maps
+    "impulse[target_fidelity=0.9,pos_scale=18.0,vproj=mimetic,base=keep]",
+    "impulse[target_fidelity=0.995,pos_scale=18.0,vproj=mimetic,base=keep]",  # sharper maps
+    "impulse[pos_scale=1,target_fidelity=0.98,vproj=mimetic,base=keep]",  # position embedding at timm's scale, not x18
+    "impulse[pos_scale=40,target_fidelity=0.98,vproj=mimetic,base=keep]",  # position weighs more against content
+    # V/proj without mimetic's -I term
+    "impulse[vproj_beta=0.0,target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
+    "impulse[kernel_size=5,target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
+    "impulse[assignment=ordered,target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
+    "impulse[solver=refine,target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
+    "impulse[blind_to_content=False,target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
+    "impulse-neurips[qk_scale=2,base=keep]",  # the authors' solver, softer (FINDINGS: their 12-head gain appears)
 ]
 LEVERS = [
     Grid("levers-h12", "vit_d6_p4", H12, 200, LEVER_INITS, [0], reference="vit-h12"),
     # layer i + 1 solved on block i's output for the pseudo tokens (bench_mechanism: deeper layers'
     # maps land on target on real images); three seeds, beside the protocol's runs of the same seeds
-    Grid("levers-h12-propagate", "vit_d6_p4", H12, 200, ["impulse[propagate=True]"], SEEDS, reference="vit-h12"),
-    Grid("levers-h12-lr2e-3", "vit_d6_p4", H12, 200, ["timm", "impulse"], [0], {"lr": 2e-3}),
-    Grid("levers-h12-warmup8", "vit_d6_p4", H12, 200, ["timm", "impulse"], [0], {"warmup_epochs": 8}),
+    Grid(
+        "levers-h12-propagate",
+        "vit_d6_p4",
+        H12,
+        200,
+        ["impulse[propagate=True,target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]"],
+        SEEDS,
+        reference="vit-h12",
+    ),
+    Grid(
+        "levers-h12-lr2e-3",
+        "vit_d6_p4",
+        H12,
+        200,
+        ["timm", "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]"],
+        [0],
+        {"lr": 2e-3},
+    ),
+    Grid(
+        "levers-h12-warmup8",
+        "vit_d6_p4",
+        H12,
+        200,
+        ["timm", "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]"],
+        [0],
+        {"warmup_epochs": 8},
+    ),
     # the paper's v1 ViT: average pooling, fixed 2-D sin-cos position table (three seeds) ...
     Grid(
         "levers-h12-gap-sincos",
         "vit_d6_p4_gap_sincos",
         H12,
         200,
-        ["timm", "mimetic", "impulse-authors[base=keep]", "impulse"],
+        [
+            "timm",
+            "mimetic",
+            "impulse-neurips[base=keep]",
+            "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
+        ],
         SEEDS,
     ),
     # ... whose layer-normalised table has rank 15 and singular values down to 7e-4 of the largest:
@@ -130,11 +173,11 @@ LEVERS = [
         H12,
         200,
         [
-            "impulse[rcond=1e-05]",
-            "impulse[rcond=0.03]",
-            "impulse[target_fidelity=0.7]",
-            "impulse[blind_to_content=False]",
-            "impulse[vproj_beta=0.0]",
+            "impulse[rcond=1e-05,target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
+            "impulse[rcond=0.03,target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
+            "impulse[target_fidelity=0.7,pos_scale=18.0,vproj=mimetic,base=keep]",
+            "impulse[blind_to_content=False,target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
+            "impulse[vproj_beta=0.0,target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
         ],
         [0],
         reference="levers-h12-gap-sincos",
@@ -145,14 +188,29 @@ LEVERS = [
         "vit_d6_p4_gap_sincos",
         H12,
         200,
-        ["impulse[target_fidelity=0.7]"],
+        ["impulse[target_fidelity=0.7,pos_scale=18.0,vproj=mimetic,base=keep]"],
         SEEDS,
         reference="levers-h12-gap-sincos",
     ),
-    Grid("levers-h12-60ep", "vit_d6_p4", H12, 200, ["timm", "mimetic", "impulse"], [0], {"epochs": 60}),
+    Grid(
+        "levers-h12-60ep",
+        "vit_d6_p4",
+        H12,
+        200,
+        ["timm", "mimetic", "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]"],
+        [0],
+        {"epochs": 60},
+    ),
 ]
 SMOKE_PROTOCOL = [
-    Grid("vit-h12", "vit_d6_p4", {**H12, "depth": 2}, 8, ["timm", "impulse-authors[base=keep]", "impulse"], [0]),
+    Grid(
+        "vit-h12",
+        "vit_d6_p4",
+        {**H12, "depth": 2},
+        8,
+        ["timm", "impulse-neurips[base=keep]", "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]"],
+        [0],
+    ),
     Grid("convmixer", "convmixer_d6_p4", {"depth": 2}, 8, ["default"], [0]),
 ]
 SMOKE_EXTENDED = [Grid("vit-h12", "vit_d6_p4", {**H12, "depth": 2}, 8, ["mimetic"], [0])]
@@ -162,7 +220,7 @@ SMOKE_LEVERS = [
         "vit_d6_p4",
         {**H12, "depth": 2},
         8,
-        ["impulse[target_fidelity=0.9]"],
+        ["impulse[target_fidelity=0.9,pos_scale=18.0,vproj=mimetic,base=keep]"],
         [0],
         reference="vit-h12",
     )
@@ -297,7 +355,11 @@ def attention_figures(out: Path, figures: Path, per_class: int) -> None:
     """Attention maps at init and after training: seed 0, 12 heads, the first grid's subset size."""
     from structinit.inspection.attention import attention_figure
 
-    for init in ("impulse-soft", "impulse", "impulse-authors[base=keep]"):
+    for init in (
+        "impulse-soft",
+        "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
+        "impulse-neurips[base=keep]",
+    ):
         run = run_dir(out / "vit-h12", per_class, init, 0)
         if (run / "summary.json").exists():
             for at_init, state in ((True, "init"), (False, "trained")):

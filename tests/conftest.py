@@ -1,5 +1,6 @@
 import csv
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -8,6 +9,12 @@ import pytest
 import timm
 import torch
 from PIL import Image
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _own_solve_cache(tmp_path_factory):
+    """`impulse`'s solved sharpness (inits/paper_solve.py) kept in a folder of the session's, not ~/.cache."""
+    os.environ["STRUCTINIT_CACHE"] = str(tmp_path_factory.mktemp("structinit-cache"))
 
 
 def small_vit(**kwargs):

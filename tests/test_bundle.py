@@ -32,7 +32,7 @@ def test_impulse_soft_and_impulse_authors_resolve_to_their_settings(make_vit):
     soft = structinit.initialize(make_vit(num_heads=3), "impulse-soft", seed=0)
     assert (soft.options["target_fidelity"], soft.options["pos_scale"], soft.options["vproj"]) == (0.3, None, "keep")
     assert soft.min_fidelity == pytest.approx(0.3, abs=0.01)
-    authors = structinit.initialize(make_vit(num_heads=3), "impulse-authors", seed=0).options
+    authors = structinit.initialize(make_vit(num_heads=3), "impulse-neurips", seed=0).options
     assert (authors["solver"], authors["assignment"], authors["blind_to_content"]) == ("authors", "ordered", False)
     assert (authors["pos_scale"], authors["vproj"], authors["base"]) == (18.0, "mimetic", "kaiming")
 

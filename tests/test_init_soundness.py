@@ -84,7 +84,7 @@ def test_fidelity_of_a_post_norm_model_on_the_pseudo_input_is_its_forward_pass(f
         assert [h.fidelity for h in layer.heads] == pytest.approx([h.fidelity for h in real], abs=1e-3)
 
 
-# --- impulse-authors warns where its maps fall short, as every other impulse form does -------------
+# --- impulse-neurips warns where its maps fall short, as every other impulse form does -------------
 
 
 @pytest.mark.parametrize(
@@ -101,11 +101,11 @@ def test_the_authors_solver_warns_when_its_maps_are_uniform(name, kwargs, unifor
     torch.manual_seed(0)
     model = create_model(name, num_classes=10, in_chans=3, data_size=None, **kwargs)
     with pytest.warns(UserWarning, match=rf"fidelity {uniform} \(a uniform map: {uniform}\), short of target_fidelity"):
-        report = structinit.initialize(model, "impulse-authors", seed=0)
+        report = structinit.initialize(model, "impulse-neurips", seed=0)
     assert f"{report.min_fidelity:.3f}" == uniform
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert structinit.initialize(make_vit(num_heads=3), "impulse-authors", seed=0).min_fidelity > 0.99
+        assert structinit.initialize(make_vit(num_heads=3), "impulse-neurips", seed=0).min_fidelity > 0.99
 
 
 # --- a refusal changes nothing: every check comes before the first write ----------------------------
@@ -270,7 +270,7 @@ def test_the_authors_solver_on_fewer_grid_tokens_than_head_dimensions_writes_its
     32, and its other factors are zero (the solve used to stop at a shape error, after it had drawn
     the position embedding)."""
     model = timm.create_model("vit_tiny_patch16_224", num_classes=10, img_size=(32, 16), patch_size=4, depth=2)
-    report = structinit.initialize(model, "impulse-authors", seed=0)
+    report = structinit.initialize(model, "impulse-neurips", seed=0)
     q, k = model.blocks[0].attn.qkv.weight[:192], model.blocks[0].attn.qkv.weight[192:384]
     assert (q.view(3, 64, 192)[:, 32:] == 0).all() and (k.view(3, 64, 192)[:, 32:] == 0).all()
     assert report.mean_fidelity > 0.9

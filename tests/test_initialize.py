@@ -236,9 +236,9 @@ def test_the_authors_solver_loses_fidelity_on_small_heads():
     """The authors' least-squares solver (reimplemented from the paper for comparison) reproduces
     what their code measures here (../shared/FINDINGS.md): ViT-T/16 0.87 (worst head 0.79), 32 px /
     patch 4 with 12 heads 0.55 (0.41); structinit's closed form reaches 0.98 on every head of both."""
-    tiny = structinit.initialize(timm.create_model("vit_tiny_patch16_224"), "impulse-authors", seed=0)
+    tiny = structinit.initialize(timm.create_model("vit_tiny_patch16_224"), "impulse-neurips", seed=0)
     assert 0.8 < tiny.mean_fidelity < 0.92 and tiny.min_fidelity < 0.85
-    small_heads = structinit.initialize(small_vit(num_heads=12, depth=6), "impulse-authors", seed=0)
+    small_heads = structinit.initialize(small_vit(num_heads=12, depth=6), "impulse-neurips", seed=0)
     assert 0.4 < small_heads.mean_fidelity < 0.65 and small_heads.min_fidelity < 0.5
     assert structinit.initialize(small_vit(num_heads=12, depth=6), "impulse", seed=0).min_fidelity >= 0.979
 

@@ -22,12 +22,12 @@ def parse_init(label):
 
 def test_a_method_a_variant_and_options_in_brackets():
     assert parse_init("timm") == ("timm", {})
-    assert parse_init("impulse-authors") == ("impulse", VARIANTS["impulse-authors"][1])
+    assert parse_init("impulse-neurips") == ("impulse", VARIANTS["impulse-neurips"][1])
     assert parse_init("impulse[target_fidelity=0.9,pos_scale=None,assignment=ordered]") == (
         "impulse",
         {"target_fidelity": 0.9, "pos_scale": None, "assignment": "ordered"},
     )
-    method, options = parse_init("impulse-authors[qk_scale=2,blind_to_content=True]")
+    method, options = parse_init("impulse-neurips[qk_scale=2,blind_to_content=True]")
     assert method == "impulse" and options["solver"] == "authors"
     assert options["qk_scale"] == 2 and options["blind_to_content"] is True  # brackets override the variant
     assert parse_init("default") == (DEFAULT, {})
@@ -41,7 +41,7 @@ def test_a_method_a_variant_and_options_in_brackets():
     [
         (
             "xavier",
-            "unknown init 'xavier'; choose from box, default, impulse, impulse-authors, impulse-soft, kaiming, "
+            "unknown init 'xavier'; choose from box, default, impulse, impulse-neurips, impulse-soft, kaiming, "
             "mimetic, qk-norm, random, select, timm",
         ),
         ("impulse[target_fidelity=0.9", "options go in brackets at the end"),

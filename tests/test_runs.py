@@ -297,22 +297,22 @@ def test_compare_refuses_a_run_whose_init_label_now_resolves_to_other_options(tm
 
 
 def test_a_run_older_than_an_option_counts_as_its_default(tmp_path):
-    """impulse-authors now takes the authors' base (base=kaiming); a run that recorded no base ran on the
-    model's own (keep): refused under the new label, accepted under impulse-authors[base=keep]."""
+    """impulse-neurips now takes the authors' base (base=kaiming); a run that recorded no base ran on the
+    model's own (keep): refused under the new label, accepted under impulse-neurips[base=keep]."""
     base = TrainConfig(**{**FAST, "per_class": None}, epochs=1)
-    label = "impulse-authors[base=keep]"
+    label = "impulse-neurips[base=keep]"
     compare(base, [label], [0], [10], tmp_path)
     record = run_dir(tmp_path, 10, label, 0) / "init_report.json"
     report = json.loads(record.read_text())
     del report["options"]["base"]
     record.write_text(json.dumps(report))
     compare(base, [label], [0], [10], tmp_path)  # base missing = keep: the same init
-    moved = tmp_path / "per_class_10" / "impulse-authors-seed0"
+    moved = tmp_path / "per_class_10" / "impulse-neurips-seed0"
     run_dir(tmp_path, 10, label, 0).rename(moved)
     config = yaml.safe_load((moved / "config.yaml").read_text())
-    (moved / "config.yaml").write_text(yaml.safe_dump({**config, "init": "impulse-authors", "out": str(moved)}))
-    with pytest.raises(RunError, match=r"init 'impulse-authors' with base='keep' \(now 'kaiming'\)"):
-        compare(base, ["impulse-authors"], [0], [10], tmp_path)
+    (moved / "config.yaml").write_text(yaml.safe_dump({**config, "init": "impulse-neurips", "out": str(moved)}))
+    with pytest.raises(RunError, match=r"init 'impulse-neurips' with base='keep' \(now 'kaiming'\)"):
+        compare(base, ["impulse-neurips"], [0], [10], tmp_path)
 
 
 def test_results_never_average_rows_of_different_recipes():

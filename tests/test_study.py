@@ -29,7 +29,7 @@ def test_smoke_study_runs_every_grid_writes_the_docs_and_resumes(tmp_path, capsy
     labels = {(r["grid"], r["init"]) for r in rows}
     assert labels == {
         ("vit-h12", "timm"),
-        ("vit-h12", "impulse-authors[base=keep]"),
+        ("vit-h12", "impulse-neurips[base=keep]"),
         ("vit-h12", "impulse"),
         ("vit-h12", "mimetic"),  # the extended grid, in the protocol's grid directory
         ("convmixer", "default"),
@@ -40,7 +40,7 @@ def test_smoke_study_runs_every_grid_writes_the_docs_and_resumes(tmp_path, capsy
     assert {r["heads"] for r in rows if r["grid"] != "convmixer"} == {"12"}
     results = (docs / "results.md").read_text()
     assert results.count("<!-- tables:begin -->") == 1 and "### vit-h12 (cpu-quick)" in results
-    assert "| impulse-authors[base=keep] | 1 |" in results and (docs / "figures" / "curves-vit-h12.png").exists()
+    assert "| impulse-neurips[base=keep] | 1 |" in results and (docs / "figures" / "curves-vit-h12.png").exists()
     levers = results[results.index("### levers-h12") :]
     assert "| impulse[target_fidelity=0.9] | 1 |" in levers and "| timm | 1 |" in levers  # beside the reference
     assert (docs / "figures" / "attention-impulse-init.png").exists()
@@ -54,7 +54,7 @@ def test_smoke_study_runs_every_grid_writes_the_docs_and_resumes(tmp_path, capsy
     assert {p: p.stat().st_mtime_ns for p in out.glob("*/*/*/summary.json")} == before
     rewritten = (docs / "results.md").read_text()
     assert rewritten.startswith("# Study\n\nanalysis\n") and rewritten.endswith("more analysis\n")
-    row = "| impulse-authors[base=keep] | 1 |"
+    row = "| impulse-neurips[base=keep] | 1 |"
     assert rewritten.count(row) == results.count(row) >= 1  # not duplicated
 
 

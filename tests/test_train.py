@@ -181,7 +181,7 @@ def test_presets_fill_the_config_and_flags_override_them():
 
 
 def test_init_labels_reach_the_init_and_eval_every_skips_test_epochs(tmp_path):
-    label = "impulse-authors[qk_scale=2,kernel_size=5]"
+    label = "impulse-neurips[qk_scale=2,kernel_size=5]"
     run = tmp_path / "run"
     train(TrainConfig(**FAST, init=label, epochs=3, eval_every=2, out=str(run)))
     report = json.loads((run / "init_report.json").read_text())

@@ -146,7 +146,7 @@ def _initialize(
         base = getattr(resolved, "base", "keep")  # the layers a structured init does not set
         if base != "keep":
             (adapter.reset_timm if base == "timm" else adapter.reset_kaiming)(generator)
-        if isinstance(adapter, ModelAdapter) and not init.draws_embeddings:
+        if isinstance(adapter, ModelAdapter) and not init.draws_embeddings and base == "keep":  # a base drew them
             adapter.redraw_embeddings(generator)
         source: dict[str, str] = {}
         sources = {"source": source} if init.records_source else {}

@@ -12,11 +12,16 @@ from .options import ImpulseOptions
 
 
 def init_cait_impulse(
-    adapter: CaitAdapter, generator: torch.Generator, *, kernel_size: int, options: ImpulseOptions
+    adapter: CaitAdapter,
+    generator: torch.Generator,
+    *,
+    kernel_size: int,
+    options: ImpulseOptions,
+    source: dict[str, str],
 ) -> list[LayerReport]:
     """proj_l and proj_w of every patch block the identity (weight I, bias 0), then `init_impulse`."""
     for layer in adapter.layers():
         for mix in layer.talking_heads() or ():
             mix.weight.copy_(torch.eye(layer.num_heads))
             mix.bias.zero_()
-    return init_impulse(adapter, generator, kernel_size=kernel_size, options=options)
+    return init_impulse(adapter, generator, kernel_size=kernel_size, options=options, source=source)

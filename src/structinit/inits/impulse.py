@@ -3,6 +3,7 @@ solved from a pseudo input; and its control, qk-norm, the same bundle without th
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 import warnings
@@ -14,23 +15,36 @@ from ..adapters import AttentionLayer, ModelAdapter
 from ..offsets import Offset, assign_offsets, offset_mass, target_indices
 from ..report import HeadReport, LayerReport
 from .options import ImpulseOptions, QKNormOptions
+from .paper_solve import paper_sharpness
 from .solvers import PseudoInput, authors_closed_form, closed_form, gain_for_fidelity, refine
 from .weights import write_heads, write_value_proj, z_sampler
 
 
 def init_impulse(
-    adapter: ModelAdapter, generator: torch.Generator, *, kernel_size: int, options: ImpulseOptions
+    adapter: ModelAdapter,
+    generator: torch.Generator,
+    *,
+    kernel_size: int,
+    options: ImpulseOptions,
+    source: dict[str, str] | None = None,
 ) -> list[LayerReport]:
     """Impulse init: per layer, give each head an offset of the f x f kernel, normalise the pseudo input
     with the layer's norm, solve Q and K so that each query puts `target_fidelity` of its mass on key
     p + offset (closed form, or the authors' least squares; `refine`: then Adam on the paper's objective),
     write them (and V/proj) and measure the maps. Post-norm blocks are solved on what their attention
     reads, the previous block's output (as with `propagate`). The options are `ImpulseOptions`'
-    (each with its help); the reasons and measured numbers are in docs/methods.md."""
+    (each with its help); the reasons and measured numbers are in docs/methods.md. No target_fidelity:
+    the mass the paper's own solve reaches on layer 0's pseudo input (paper_solve.py), in `source`."""
     o = options
     layers = adapter.layers()
     _scale_position(adapter, o.pos_scale, o.scale)
     tokens = _pseudo_tokens(adapter, o.pseudo_input, o.noise_std, generator)
+    if o.target_fidelity is None and o.solver != "authors":  # the authors' solver has no target
+        patches = layers[0].norm(tokens.unsqueeze(0))[0, adapter.num_prefix_tokens :]
+        sharpness = paper_sharpness(patches, adapter.grid, layers[0].num_heads, kernel_size)
+        o = dataclasses.replace(o, target_fidelity=sharpness)
+        if source is not None:
+            source["target_fidelity"] = f"{sharpness} (what the paper's solve reaches here)"
     post_norm = adapter.post_norm  # a post-norm attention reads the previous block's output as it is
     content = content_basis(adapter, centred=not post_norm) if o.blind_to_content else None
     sample = z_sampler("uniform", generator)
@@ -167,7 +181,7 @@ def _write_and_measure(
 def _warn_if_short(reports: list[LayerReport], o: ImpulseOptions, head_dim: int, tokens: int) -> None:
     """Warn where a head falls short of target_fidelity, with the reason its solver has."""
     worst = min(h.fidelity for layer in reports for h in layer.heads)
-    if worst >= o.target_fidelity - 0.01:
+    if o.target_fidelity is None or worst >= o.target_fidelity - 0.01:
         return
     if o.solver == "authors":
         why = (

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -18,21 +19,24 @@ from typing import Any
 from .convmixer import FILTER_METHODS
 from .registry import METHODS, check_options
 
-# Named settings of a method. `impulse` itself is the paper's form (sharp maps, position embedding x18,
-# V/proj mimetic). `impulse-soft` is the setting chosen on the 64-token convergence protocol
-# (docs/convergence.md): soft maps that barely reach images, position embedding and V/proj as the model
-# has them; it was structinit's default from 144326c until the regime study (docs/regimes.md).
-SOFT = {"target_fidelity": 0.3, "pos_scale": None, "vproj": "keep"}
+# Named settings of a method. `impulse` itself is the paper's text (options.ImpulseOptions' defaults: Q/K
+# alone at the sharpness of the paper's own solve, on PyTorch's base). `impulse-neurips` is the official
+# NeurIPS code's init (osiriszjq/structured_initialization, weight_init=skip with impulse_18_7_1): its
+# least-squares solver with Q/K x7, its ordered offsets, Q/K solved on all of the pseudo input, the position
+# embedding x18 and V/proj mimetic, on PyTorch's base. `impulse-soft` is the setting chosen on the 64-token
+# protocol (docs/convergence.md): soft maps that barely reach images, on the model's own weights.
+NEURIPS = {"solver": "authors", "assignment": "ordered", "blind_to_content": False, "pos_scale": 18.0}
+NEURIPS |= {"vproj": "mimetic", "base": "kaiming"}
+SOFT = {"target_fidelity": 0.3, "pos_scale": None, "vproj": "keep", "base": "keep"}
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "impulse-neurips": ("impulse", NEURIPS),
     "impulse-soft": ("impulse", SOFT),
-    # The authors' impulse init (osiriszjq/structured_initialization, weight_init=skip with impulse_18_7_1):
-    # their least-squares solver with Q/K x7, their ordered offsets, Q/K solved on all of the pseudo input,
-    # on their base: every layer it does not set keeps PyTorch's default.
-    "impulse-authors": (
-        "impulse",
-        {"solver": "authors", "assignment": "ordered", "blind_to_content": False, "base": "kaiming"},
-    ),
 }
+# Names of structinit 0.2 and what they are called now (read with a one-line note).
+RENAMED = {"impulse-authors": "impulse-neurips"}
+RENAMED_IN = "0.3.0"
+# What a label of the impulse method meant before RENAMED_IN: these defaults, where it gave no other value.
+IMPULSE_BEFORE = {"target_fidelity": 0.98, "pos_scale": 18.0, "vproj": "mimetic", "base": "keep"}
 
 # An option of every method's label: the f of the f x f kernel (initialize's kernel_size).
 KERNEL_SIZE = "kernel_size"
@@ -47,7 +51,21 @@ def label_method(label: str) -> str:
     """The method a label names, its options unread: 'mimetic[base=kaiming]' -> 'mimetic',
     'impulse-soft' -> 'impulse' (a recorded label is named even where its options are no longer known)."""
     name = label.strip().partition("[")[0]
+    name = RENAMED.get(name, name)
     return VARIANTS[name][0] if name in VARIANTS else name
+
+
+def label_before(label: str) -> str:
+    """A label recorded by structinit before RENAMED_IN, as it is written now (the same init): 'impulse'
+    -> 'impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]', 'impulse-authors' ->
+    'impulse-neurips'; other labels are unchanged."""
+    name, bracket, rest = label.strip().partition("[")
+    if name in RENAMED:
+        return RENAMED[name] + bracket + rest
+    if name != "impulse":
+        return label
+    given = parse_assignments(rest[:-1], f"init label {label!r}") if bracket else {}
+    return with_options(name, {**given, **{k: v for k, v in IMPULSE_BEFORE.items() if k not in given}})
 
 
 def parse_assignments(text: str | None, what: str) -> dict[str, Any]:
@@ -118,6 +136,10 @@ def read_label(label: str) -> InitSpec:
     if bracket and not rest.endswith("]"):
         raise ValueError(f"init label {label!r}: options go in brackets at the end, e.g. impulse[target_fidelity=0.9]")
     extra = parse_assignments(rest[:-1], f"init label {label!r}") if bracket else {}
+    if name in RENAMED:
+        note = f"init {name!r} is called {RENAMED[name]!r} since structinit {RENAMED_IN}: the same init"
+        warnings.warn(note, FutureWarning, stacklevel=4)
+        name = RENAMED[name]
     if name == DEFAULT:
         if extra:
             raise ValueError(f"init label {label!r}: {DEFAULT!r} takes no options")

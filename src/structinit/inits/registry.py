@@ -56,7 +56,7 @@ METHODS: dict[str, InitMethod] = {
     "timm": TIMM,
     "kaiming": KAIMING,
     "mimetic": MIMETIC,
-    "impulse": InitMethod(init_impulse, ImpulseOptions, check=check_impulse),
+    "impulse": InitMethod(init_impulse, ImpulseOptions, records_source=True, check=check_impulse),
     "qk-norm": InitMethod(init_qk_norm, QKNormOptions, check=check_qk_norm),
     "select": InitMethod(init_select, SelectOptions, draws_embeddings=True, records_source=True, check=check_select),
 }
@@ -109,7 +109,7 @@ FAMILIES = [
             "timm": TIMM,
             "kaiming": KAIMING,
             "mimetic": MIMETIC,
-            "impulse": InitMethod(init_cait_impulse, ImpulseOptions, check=check_impulse),
+            "impulse": InitMethod(init_cait_impulse, ImpulseOptions, records_source=True, check=check_impulse),
         },
         "pseudo input",
     ),
