@@ -17,9 +17,9 @@ from ..errors import first_line
 from ..offsets import check_kernel_size
 from ..report import Report
 from .convmixer import FILTER_METHODS, init_filters
-from .labels import VARIANTS, read_label
+from .labels import AUTO, VARIANTS, read_label
 from .options import FilterOptions, MethodOptions
-from .registry import family_of
+from .registry import default_label, family_of
 from .threads import one_torch_thread
 
 MAX_SEED = 2**32 - 1  # numpy's largest seed: build_model and the trainer seed numpy with it too
@@ -39,7 +39,8 @@ def initialize(
     """Initialise `model` in place with `method` and return a report.
 
     Vision transformers: "timm", "kaiming", "mimetic", "impulse", "qk-norm" (the control: the impulse
-    bundle without its structure); see each `init_*` function for its
+    bundle without its structure), "auto" (the trainer's default: registry.default_label); see each
+    `init_*` function for its
     options. A named setting of a method (options.VARIANTS: "impulse-soft", the soft maps chosen at 64
     tokens, and "impulse-authors") is taken too, and so is a label with options in brackets as the CLI
     takes it ("impulse[vproj=keep,base=kaiming]"); keywords override the setting's or the label's
@@ -69,8 +70,10 @@ def initialize(
     if seed is None:
         seed = int(torch.randint(2**31 - 1, (1,)))
     check_seed(seed)
-    method, given, kernel_size = _split_method(method, options, kernel_size)
     model = unwrap(model)
+    if method == AUTO and isinstance(model, nn.Module):
+        method = default_label(model)
+    method, given, kernel_size = _split_method(method, options, kernel_size)
     if isinstance(model, nn.Module) and any(t.is_meta for t in (*model.parameters(), *model.buffers())):
         raise ValueError(
             "the model's weights are on the meta device (no values): materialise it first, e.g. "

@@ -43,6 +43,9 @@ KERNEL_SIZE = "kernel_size"
 
 # Not an init method: leave the model as its constructor made it (e.g. a ConvMixer reference row).
 DEFAULT = "default"
+# The trainer's default: the default init of the model's family (registry.default_label), chosen for ViTs
+# by the rule of docs/studies/default-rule.md.
+AUTO = "auto"
 # The methods a structured init is measured against (inits/baselines.py, and the model as constructed).
 BASELINES = ("timm", "kaiming", "mimetic", DEFAULT)
 
@@ -140,16 +143,16 @@ def read_label(label: str) -> InitSpec:
         note = f"init {name!r} is called {RENAMED[name]!r} since structinit {RENAMED_IN}: the same init"
         warnings.warn(note, FutureWarning, stacklevel=4)
         name = RENAMED[name]
-    if name == DEFAULT:
+    if name in (DEFAULT, AUTO):
         if extra:
-            raise ValueError(f"init label {label!r}: {DEFAULT!r} takes no options")
-        return InitSpec(label, DEFAULT, MappingProxyType({}))
+            raise ValueError(f"init label {label!r}: {name!r} takes no options")
+        return InitSpec(label, name, MappingProxyType({}))
     if name in VARIANTS:
         method, options = VARIANTS[name][0], {**VARIANTS[name][1], **extra}
     elif name in METHODS or name in FILTER_METHODS:
         method, options = name, extra
     else:
-        known = sorted({*METHODS, *FILTER_METHODS, *VARIANTS, DEFAULT})
+        known = sorted({*METHODS, *FILTER_METHODS, *VARIANTS, DEFAULT, AUTO})
         hint = "options in brackets: impulse[a=1,b=2]"
         raise ValueError(f"unknown init {name!r}; choose from {', '.join(known)} ({hint})")
     kernel_size = options.pop(KERNEL_SIZE, None)

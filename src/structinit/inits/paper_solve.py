@@ -15,11 +15,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
+from ..errors import Notice
 from ..files import atomic_write_text
 from ..offsets import assign_offsets, impulse_maps, offset_mass
 
@@ -43,7 +44,7 @@ def paper_solve(
     k = ((2 * torch.rand(heads, dim, width, generator=generator) - 1) * bound).requires_grad_()
     column_norm = q.detach().norm(dim=1).mean()
     optimizer = torch.optim.Adam([q, k], lr=LR)
-    for step in tqdm(range(steps), desc="the paper's solve", leave=False, disable=None, mininterval=2):
+    for step in range(steps):
         if step % RENORM_EVERY == 0:
             with torch.no_grad():
                 q.mul_(column_norm / q.norm(dim=1, keepdim=True))
@@ -75,6 +76,8 @@ def paper_sharpness(pseudo: torch.Tensor, grid: tuple[int, int], heads: int, ker
     path = cache_home() / CACHE_NAME
     kept = _read(path)
     if key not in kept:
+        note = f"impulse: the paper's solve on this model's {pseudo.shape[0]} position tokens, once (~1 minute a CPU "
+        warnings.warn(note + f"core at 256 tokens; kept in {path}; target_fidelity=X skips it)", Notice, stacklevel=2)
         with torch.enable_grad():
             mass = reached_mass(pseudo, grid, *paper_solve(pseudo, grid, heads, kernel_size))
         kept = {**_read(path), key: min(max(round(mass, DECIMALS), 0.01), 0.99)}

@@ -164,3 +164,14 @@ def family_of(model: nn.Module) -> tuple[Family, Any]:
         if family.adapter.matches(model):
             return family, family.adapter(model)
     return VIT_FAMILY, get_adapter(model)
+
+
+def default_label(model: nn.Module) -> str:
+    """The label `auto` stands for on `model`: mimetic on PyTorch's base where the family has mimetic (the
+    rule's outcome for ViTs, docs/studies/default-rule.md), else the family's impulse (MLP-Mixer, ConvMixer)."""
+    from ..adapters.convmixer import get_conv_adapter
+
+    if get_conv_adapter(model) is not None:
+        return "impulse"
+    family, _ = family_of(model)
+    return "mimetic[base=kaiming]" if "mimetic" in family.methods else "impulse"

@@ -20,7 +20,7 @@ from ..training.recipe import Recipe, data_of
 from ..training.settings import TrainConfig
 from .grid import compare
 
-STRUCTURED = "impulse[vproj=keep,pos_scale=None,base=kaiming]"  # the paper's text: Q/K alone, PyTorch's base
+STRUCTURED = "impulse"  # the paper's text: Q/K alone at its solve's sharpness, on PyTorch's base
 BASELINES = ("mimetic[base=kaiming]", "kaiming")
 SHARE_OF_BUDGET = 0.8  # the rest: building the models, evaluations, the sizing itself
 

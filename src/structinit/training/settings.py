@@ -37,7 +37,10 @@ from .setting import (
     flag as flag,  # studies/results.py takes it from here
 )
 
-INIT_SHORT = "init label, e.g. impulse, mimetic, timm, impulse[kernel_size=5] (init --list-options)"
+INIT_SHORT = (
+    "init label, e.g. impulse, mimetic[base=kaiming], timm, impulse[kernel_size=5] (init --list-options); auto: "
+    "mimetic[base=kaiming] for ViTs (docs/studies/default-rule.md), impulse for MLP-Mixer and ConvMixer"
+)
 
 
 @dataclass
@@ -59,7 +62,7 @@ class TrainConfig(DataSettings):
         help="timm.create_model keywords, e.g. depth=6,num_heads=12,patch_size=4",
     )
     # an init label: method or variant, options in brackets (kernel_size among them)
-    init: str = setting("impulse", group="common", grid=False, metavar="LABEL", help=INIT_SHORT, **GRID_AXIS)
+    init: str = setting("auto", group="common", grid=False, metavar="LABEL", help=INIT_SHORT, **GRID_AXIS)
     teacher: str | None = setting(
         None,
         group="model",
