@@ -19,13 +19,55 @@ def snapshot(model):
 QK, V = slice(0, 2 * 192), slice(2 * 192, 3 * 192)  # rows of the packed qkv weight (width 192)
 
 
-def test_impulse_is_the_papers_form(make_vit):
-    model = make_vit(num_heads=3)
-    report = structinit.initialize(model, "impulse", seed=0)
-    assert report.min_fidelity >= 0.98 - 1e-3
-    assert float(model.pos_embed.detach().std()) == pytest.approx(0.36, rel=1e-5)  # x18 timm's 0.02
+def test_impulse_is_the_papers_text_q_and_k_alone_on_pytorchs_defaults(make_vit):
+    """Issue 53: `impulse` writes Q and K (and zeroes their biases) and nothing else: every other tensor equals
+    `kaiming` (PyTorch's defaults) of the same seed; its sharpness is the paper's solve's, recorded."""
+    model, plain = make_vit(num_heads=3), make_vit(num_heads=3)
+    report = structinit.initialize(model, "impulse", seed=5)
+    structinit.initialize(plain, "kaiming", seed=5)
+    ours, theirs = model.state_dict(), plain.state_dict()
+    for name, value in theirs.items():
+        if name.endswith("attn.qkv.weight"):
+            assert torch.equal(ours[name][V], value[V]) and not torch.equal(ours[name][QK], value[QK]), name
+        elif name.endswith("attn.qkv.bias"):
+            assert torch.equal(ours[name][V], value[V]) and not ours[name][QK].any(), name
+        else:
+            assert torch.equal(ours[name], value), name
+    sharpness = float(report.source["target_fidelity"].split()[0])
+    assert 0.01 <= sharpness <= 0.99 and report.options["target_fidelity"] is None
+    assert report.min_fidelity == pytest.approx(sharpness, abs=0.01)
+    again = make_vit(num_heads=3)  # the recorded value reproduces the weights without the solve
+    structinit.initialize(again, f"impulse[target_fidelity={sharpness}]", seed=5)
+    assert all(torch.equal(a, b) for a, b in zip(again.state_dict().values(), ours.values()))
+
+
+def test_impulse_neurips_is_the_official_codes_bundle(make_vit):
+    """The NeurIPS code (structured_initialization@7cd02f1, weight_init=skip, impulse_18_7_1): position
+    embedding x18, the least-squares Q/K at x7, offsets in the order k = [4,1,5,3,7,0,2,6,8] (head i takes
+    k[i mod 9] of the 3 x 3 kernel read row by row), V/proj 0.4 Z - 0.4 I, PyTorch's defaults elsewhere."""
+    model, plain = make_vit(num_heads=3), make_vit(num_heads=3)
+    report = structinit.initialize(model, "impulse-neurips", seed=2)
+    structinit.initialize(plain, "kaiming", seed=2)
+    assert float(model.pos_embed.detach().std()) == pytest.approx(18 * 0.02, rel=1e-5)  # x18 timm's std
+    kernel = [(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1)]
+    assert [h.offset for h in report.layers[0].heads] == [kernel[k] for k in (4, 1, 5)]
     o = report.options
-    assert (o["target_fidelity"], o["pos_scale"], o["vproj"], o["base"]) == (0.98, 18.0, "mimetic", "keep")
+    assert (o["solver"], o["qk_scale"], o["vproj"], o["vproj_alpha"], o["vproj_beta"]) == (
+        "authors",
+        7.0,
+        "mimetic",
+        0.4,
+        0.4,
+    )
+    for name in ("blocks.0.mlp.fc1.weight", "blocks.1.norm2.weight", "patch_embed.proj.weight", "head.weight"):
+        assert torch.equal(model.state_dict()[name], plain.state_dict()[name]), name
+
+
+def test_an_old_name_resolves_with_a_note(make_vit):
+    with pytest.warns(FutureWarning, match="'impulse-authors' is called 'impulse-neurips' since structinit 0.3.0"):
+        old = structinit.initialize(make_vit(num_heads=3), "impulse-authors[qk_scale=2]", seed=0)
+    new = structinit.initialize(make_vit(num_heads=3), "impulse-neurips[qk_scale=2]", seed=0)
+    assert old.options == new.options
 
 
 def test_impulse_soft_and_impulse_authors_resolve_to_their_settings(make_vit):
@@ -86,7 +128,7 @@ def test_qk_norm_refuses_a_model_that_normalises_q_and_k(make_vit):
 # The bundle, one part at a time: each label changes only its part of the model (beside the learned
 # position embedding and class token, which the structured inits draw from their seed and read).
 PARTS = {
-    "impulse[pos_scale=None,vproj=keep]": ("qk", "qk bias"),  # the impulse Q/K alone
+    "impulse[target_fidelity=0.98,base=keep]": ("qk", "qk bias"),  # the impulse Q/K alone
     "qk-norm[norm=None,pos_scale=18]": ("pos",),  # the position-embedding scale alone
     "qk-norm[norm=None,vproj=mimetic]": ("v", "proj"),  # the V/proj form alone
     "qk-norm": ("qk",),  # the Q/K norm alone

@@ -10,6 +10,7 @@ import warnings
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from ..adapters import AttentionLayer, ModelAdapter
 from ..offsets import Offset, assign_offsets, offset_mass, target_indices
@@ -40,7 +41,12 @@ def init_impulse(
     _scale_position(adapter, o.pos_scale, o.scale)
     tokens = _pseudo_tokens(adapter, o.pseudo_input, o.noise_std, generator)
     if o.target_fidelity is None and o.solver != "authors":  # the authors' solver has no target
-        patches = layers[0].norm(tokens.unsqueeze(0))[0, adapter.num_prefix_tokens :]
+        patches = tokens[adapter.num_prefix_tokens :]
+        if adapter.learned_position() is not None:  # a draw of its shape: the solve reads the shape, not the draw
+            patches = nn.init.trunc_normal_(
+                torch.empty(patches.shape), std=0.02, generator=torch.Generator().manual_seed(0)
+            )
+        patches = layers[0].norm(patches.to(tokens.dtype).unsqueeze(0))[0]
         sharpness = paper_sharpness(patches, adapter.grid, layers[0].num_heads, kernel_size)
         o = dataclasses.replace(o, target_fidelity=sharpness)
         if source is not None:
