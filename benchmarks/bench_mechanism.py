@@ -20,7 +20,7 @@ on its assigned offset on the images, for the impulse init with and without `pro
 256 held-out CIFAR-10 training images (its validation split; the test set is not used): the mass on
 the offsets the init assigned, the best-offset mass and the entropy of the attention, the position
 embedding against the patch embeddings, the V/proj product's identity term and stable rank, and the
-Q/K and whole-model weight norms. Written to docs/convergence.md (between its mechanism markers).
+Q/K and whole-model weight norms. Written to docs/studies/convergence.md (between its mechanism markers).
 `--part conditioning`: how far the Q/K solve may invert the pseudo input's spectrum (`rcond`), for a
 learned table (the study ViT), a fixed sin-cos table (the paper's v1 ViT, average pooling) and ViT-T
 at 224 px (64 test images upsampled): the weights' size and the gradient the first step sees.
@@ -234,7 +234,7 @@ def training_part(runs: Path, docs: Path, held_out: int = 26) -> None:
     folders = sorted(runs.glob("*/per_class_*/*-seed0/snapshots"))
     if not folders:  # a fresh checkout has no run directories: the measured table stays
         raise SystemExit(
-            f"no weight snapshots under {runs}/*/per_class_*/*-seed0: docs/convergence.md is left as it is"
+            f"no weight snapshots under {runs}/*/per_class_*/*-seed0: docs/studies/convergence.md is left as it is"
         )
     lines, datasets = [header], {}
     for folder in folders:
@@ -269,7 +269,9 @@ def training_part(runs: Path, docs: Path, held_out: int = 26) -> None:
             print(lines[-1], flush=True)
     machine = f"torch {torch.__version__}, {platform.machine()}"
     body = f"Measured by `bench_mechanism.py --part training` ({machine}).\n\n" + "\n".join(lines) + "\n"
-    write_generated_section(docs / "convergence.md", body, "benchmarks/bench_mechanism.py --part training", "mechanism")
+    page = docs / "studies" / "convergence.md"  # the convergence study's page (study_convergence.PAGE)
+    page.parent.mkdir(parents=True, exist_ok=True)
+    write_generated_section(page, body, "benchmarks/bench_mechanism.py --part training", "mechanism")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,7 +4,7 @@ Every model has the study ViT's budget (6 blocks, 8 x 8 tokens of width 192 at t
 trains with the study's recipe (cpu-quick, 200 images per class, 20 epochs: ~300 steps; full test set),
 two seeds, through `structinit compare`; finished runs are skipped, so a rerun only fills the gaps.
 `--part new-converge` trains issue 52's families at the calibrated regime's size and recipe instead
-(docs/regimes.md: width 96, 6 heads, depth 6, patch 2 = 256 tokens; 500 images per class, 40 epochs,
+(docs/studies/regimes.md: width 96, 6 heads, depth 6, patch 2 = 256 tokens; 500 images per class, 40 epochs,
 ~3,100 steps). Each part is its own section of docs/families.md (the text around them is kept), curves
 in docs/figures/curves-<family>.png:
 

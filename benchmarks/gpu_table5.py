@@ -14,12 +14,12 @@ bf16 autocast. The paper trains 200 epochs: kaiming 85.16, trunc-normal (timm) 8
 impulse 90.67. Here every init trains the same number of epochs (default 50), so compare with the
 paper's ordering, not its numbers; the timm row checks the recipe (far under 87 at a comparable budget
 means the recipe is wrong before any init comparison means anything). Measured (four inits, 28 epochs,
-17.4 s an epoch on an H200): docs/regimes.md.
+17.4 s an epoch on an H200): docs/studies/regimes.md.
 
 The inits: `kaiming` (the paper's "Kaiming Uniform", the authors' baseline), `timm`, and mimetic and
 impulse on the authors' base (`base=kaiming`: every layer they do not set keeps PyTorch's default), as
 in the paper's table; impulse twice: the paper's bundle, and the Q/K alone at the sharpness that the
-code behind its sin-cos tables reaches on this model (docs/regimes.md, "What produced the paper's
+code behind its sin-cos tables reaches on this model (docs/studies/regimes.md, "What produced the paper's
 sin-cos numbers"). The models see the same batches in the same order (one augmentation per
 step, on the GPU), each with its own optimiser and schedule: a paired comparison, and the GPU stays
 busy. Every epoch appends one line per init (train loss, img/s, test top-1 when evaluated) to
@@ -254,7 +254,7 @@ def write_summary(members, recipe: TrainConfig, data, device, amp, out: Path, se
 
 def at_init(args: argparse.Namespace) -> str:
     """Each init on the cell's model at the seed, untrained (on a CPU, ~4 minutes for six), measured as
-    docs/regimes.md's "Attention at init" table: entropy, mass on the heads' offsets on the pseudo input and
+    docs/studies/regimes.md's "Attention at init" table: entropy, mass on the heads' offsets on the pseudo input and
     on 256 test images (per layer), the heads' mean Q/K norm (what a norm-matched control needs)."""
     from structinit.data.batches import normalised_test_images
     from study_regimes import ATTENTION_HEADER, attention_at_init, attention_row  # a script beside this one

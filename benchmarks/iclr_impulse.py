@@ -7,7 +7,7 @@ keep PyTorch's defaults); one solve, copied into every layer; per head, Adam (lr
 the MSE between softmax(d^-1/2 · P Q K P^T) and the head's 0/1 shift map, P = LayerNorm(sin-cos table),
 Q (D x d) and K (d x D) drawn uniform(±(d·heads)^-1/2), each column's norm reset to Q's initial mean
 every 100 steps. This script re-solves that objective here (written from that description, seeded) and
-measures the result as docs/regimes.md's "Attention at init" table does: the mass on each head's
+measures the result as docs/studies/regimes.md's "Attention at init" table does: the mass on each head's
 offset on the pseudo input (chance 1/T), on 256 CIFAR-10 test images in the regime's model, built on
 PyTorch's base (`kaiming`) as that code leaves it, and the per-head Q/K norm.
 
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             f"| {label} | {pseudo.shape[0]} | {width // heads} | {mass:.3f} | {norms[0]:.2f} | {norms[1]:.2f} |",
             flush=True,
         )
-    print("\nIn the regime's model, as docs/regimes.md's \"Attention at init\" table:\n")
+    print("\nIn the regime's model, as docs/studies/regimes.md's \"Attention at init\" table:\n")
     print("\n".join(ATTENTION_HEADER))
     print(in_the_regime(*solved, args.data))
     return 0

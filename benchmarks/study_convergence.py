@@ -1,9 +1,9 @@
 """The convergence study: does the init's gain survive training to the end?
 
-The small-data study (docs/results.md) stops at ~300 optimiser steps, where structinit's impulse init
+The small-data study (docs/studies/small-data.md) stops at ~300 optimiser steps, where structinit's impulse init
 wins by 6-7 points; trained to convergence on a GPU the gain vanished (../shared/FINDINGS.md). This
 script trains to convergence on a 2-core CPU, resumably, through the same trainer and grid runner as
-`structinit compare`, and writes docs/convergence.csv and the tables of docs/convergence.md:
+`structinit compare`, and writes docs/convergence.csv and the tables of docs/studies/convergence.md:
 
     .venv/bin/python benchmarks/study_convergence.py --part levers     # choose settings on a validation split
     .venv/bin/python benchmarks/study_convergence.py --part protocol   # the acceptance cells, on the test set
@@ -126,7 +126,7 @@ LEVER_INITS = [
     *CONTROL,
 ]
 LEVERS = [Grid(recipe, 6, 200, [*BASELINES, *LEVER_INITS], [0], val=True) for recipe in RECIPES]
-# Chosen on the validation split (docs/convergence.md): the best mean over both recipes of every
+# Chosen on the validation split (docs/studies/convergence.md): the best mean over both recipes of every
 # lever, 49.2 light / 43.6 small-data against timm's 48.0 / 41.1 and mimetic's 47.8 / 43.8. It keeps
 # only the attention maps (soft ones) of the impulse init: V/proj and the position embedding as timm.
 CHOSEN = ["impulse[target_fidelity=0.3,pos_scale=None,vproj=keep,base=keep]"]
@@ -195,6 +195,7 @@ def config(grid: Grid, init: str, seed: int, data: str, out: Path, smoke: bool) 
 
 
 LEDGER = "convergence-runs.jsonl"
+PAGE = Path("studies") / "convergence.md"  # the study's page, under --docs
 
 
 def rows_of(out: Path, grids: list[Grid], docs: Path) -> list[dict[str, Any]]:
@@ -354,7 +355,7 @@ def acceptance(rows: list[dict[str, Any]], grids: list[Grid]) -> str:
 
 
 def decision(rows: list[dict[str, Any]], grids: list[Grid]) -> str:
-    """The rule fixed in docs/convergence.md (Status) before the test-set runs, read off the seed means:
+    """The rule fixed in docs/studies/convergence.md (Status) before the test-set runs, read off the seed means:
     the chosen setting becomes the default if it is at least timm's in every cell that runs it and above
     the default's. And the control: paired by cell and seed, the control ties the chosen setting unless
     it falls short of it by more than twice the standard error of the mean difference (then the impulse
@@ -424,7 +425,7 @@ def decision(rows: list[dict[str, Any]], grids: list[Grid]) -> str:
 
 def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid], protocol: list[Grid]) -> None:
     """The ledger (docs/convergence-runs.jsonl), docs/convergence.csv (one row per run), a curves figure
-    per grid, and the tables of docs/convergence.md between its markers. What needs a curve (early
+    per grid, and the tables of docs/studies/convergence.md between its markers. What needs a curve (early
     top-1, plateau, figure, epochs to timm's final) comes from the runs whose curve was kept."""
     from structinit.studies.plots import plot_curves
 
@@ -455,10 +456,10 @@ def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid], protoc
             section += (
                 f"{early_and_final(curved)}\n"
                 f"Plateau{lost} (spread of the mean curve over the last quarter of the epochs, points): "
-                f"{'; '.join(spreads)}.\n\n![curves of {name}{lost}](figures/convergence-{name}.png)\n"
+                f"{'; '.join(spreads)}.\n\n![curves of {name}{lost}](../figures/convergence-{name}.png)\n"
             )
         else:
-            section += "No curves: they were lost with the run directories (docs/convergence.md, Status).\n"
+            section += "No curves: they were lost with the run directories (docs/studies/convergence.md, Status).\n"
         sections.append(section)
     hours = sum(r["wall_secs"] for r in rows) / 3600
     table = acceptance(rows, protocol)
@@ -475,7 +476,8 @@ def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid], protoc
         + goals
         + ("\n".join(sections) or "No finished runs yet.\n")
     )
-    write_generated_section(docs / "convergence.md", body, "benchmarks/study_convergence.py")
+    (docs / PAGE).parent.mkdir(parents=True, exist_ok=True)
+    write_generated_section(docs / PAGE, body, "benchmarks/study_convergence.py")
 
 
 # (width, depth, heads, batch, threads, processes at once): the sizes the model was chosen among
@@ -562,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
         run_configs(configs, parallel=args.jobs, root=out, threads=args.threads)
     rows = rows_of(out, levers + protocol + extended, docs)
     write_docs(rows, docs, levers + protocol + extended, protocol)
-    print(f"done in {time.perf_counter() - start:.0f} s; {docs / 'convergence.md'}, {docs / 'convergence.csv'}")
+    print(f"done in {time.perf_counter() - start:.0f} s; {docs / PAGE}, {docs / 'convergence.csv'}")
     return 0
 
 

@@ -1,9 +1,9 @@
 """The regime study: the paper's method measured where the paper claims it works.
 
-The 64-token convergence protocol (docs/convergence.md) does not reproduce the published ordering of
+The 64-token convergence protocol (docs/studies/convergence.md) does not reproduce the published ordering of
 the baselines (mimetic ties timm's init there, 2-4 points above it in two papers), so it cannot tell
 whether a locality prior helps. This study first finds a regime on a 2-core CPU that does, then
-compares the inits in it and takes the impulse bundle apart (docs/regimes.md):
+compares the inits in it and takes the impulse bundle apart (docs/studies/regimes.md):
 
     .venv/bin/python benchmarks/study_regimes.py --part calibrate   # baselines on a validation split
     .venv/bin/python benchmarks/study_regimes.py --part compare     # the inits, 3 seeds, test set
@@ -50,6 +50,7 @@ from structinit.training import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 LEDGER = "regimes-runs.jsonl"
+PAGE = Path("studies") / "regimes.md"  # the study's page, under --docs
 ATTENTION_CACHE = "regimes-attention.json"  # the attention-at-init table's measurements, by weights
 
 
@@ -113,13 +114,13 @@ MIMETIC_OVER_KAIMING, MIMETIC_OVER_TIMM = 1.5, 1.0
 SMOKE_REGIME = Regime("vit_w96_d6_p2_gap_sincos", {}, 4, 2, 4, 5e-4, 0.05)
 SMOKE_LEARNED = dataclasses.replace(SMOKE_REGIME, model_kwargs=LEARNED, tokens=257)
 # The regime of the comparison: set by hand to the first candidate whose calibration reads "yes" (or, if
-# none does within the budget, to the closest one, and docs/regimes.md says so). None: not decided yet.
-CALIBRATED: str | None = "p2-w96-d6-500"  # calibrated: docs/regimes.md
+# none does within the budget, to the closest one, and docs/studies/regimes.md says so). None: not decided yet.
+CALIBRATED: str | None = "p2-w96-d6-500"  # calibrated: docs/studies/regimes.md
 SEEDS = [0, 1, 2]
 MIMETIC = "mimetic[base=kaiming]"  # the mimetic of the published tables (the authors' code, their base)
 # `impulse` before structinit 0.3: sharp, x18, V/proj mimetic
 BUNDLE = "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]"
-# The search's choice, set by hand (docs/regimes.md): the candidates that cleared `kaiming` on the
+# The search's choice, set by hand (docs/studies/regimes.md): the candidates that cleared `kaiming` on the
 # validation split; each joins the comparison (test set, 3 seeds) as "the best setting found".
 SEARCH_CHOICE: list[str] = ["impulse[vproj=keep,base=kaiming,target_fidelity=0.09,pos_scale=18.0]"]  # val 61.52, seed 0
 # the soft settings' norm-matched controls (each head's Q/K at the setting's norm at init, on its base, no
@@ -154,7 +155,7 @@ def bundle_parts(control_norm: float) -> dict[str, str]:
 
 
 # Settings of the paper's init that keep its impulse in every layer on images, where the bundle keeps it
-# in layer 0 only (docs/regimes.md, "Attention at init"): chosen among on the validation split, seed 0,
+# in layer 0 only (docs/studies/regimes.md, "Attention at init"): chosen among on the validation split, seed 0,
 # against the calibration's baselines there; the best goes to the test set as "the best setting found".
 SEARCH_INITS = [
     # the Q/K alone: 0.81-0.83 on the offset in every layer at init
@@ -438,7 +439,7 @@ def attention_at_init(model, images) -> dict[str, Any]:
 def write_docs(
     rows: list[dict[str, Any]], docs: Path, regimes: dict[str, Regime], data: str, smoke: bool, bundle: tuple | None
 ) -> None:
-    """The ledger, docs/regimes.csv, a curves figure per grid and the generated tables of docs/regimes.md;
+    """The ledger, docs/regimes.csv, a curves figure per grid and the generated tables of docs/studies/regimes.md;
     `bundle`: (the comparison's grid, the control's norm) once a regime is calibrated."""
     from structinit.studies.plots import plot_curves
 
@@ -453,7 +454,7 @@ def write_docs(
     for name in dict.fromkeys(r["grid"] for r in rows):
         grid_rows = [r for r in rows if r["grid"] == name]
         plot_curves(grid_rows, figures / f"regimes-{name}.png")
-        figure = f"![curves of {name}](figures/regimes-{name}.png)"
+        figure = f"![curves of {name}](../figures/regimes-{name}.png)"
         regime = regimes[name.removesuffix("-val")]
         sections.append(f"### {name}\n\n{results_markdown(grid_rows, wide=True)}\n{figure}\n")
     hours = sum(r["wall_secs"] for r in rows) / 3600
@@ -474,7 +475,8 @@ def write_docs(
         + at_init
         + ("\n".join(sections) or "No finished runs yet.\n")
     )
-    write_generated_section(docs / "regimes.md", body, "benchmarks/study_regimes.py")
+    (docs / PAGE).parent.mkdir(parents=True, exist_ok=True)
+    write_generated_section(docs / PAGE, body, "benchmarks/study_regimes.py")
 
 
 def unfinished(grids: list[Grid], regimes: dict[str, Regime], data: str, out: Path, docs: Path, smoke: bool):
@@ -592,7 +594,7 @@ def main(argv: list[str] | None = None) -> int:
         run_configs(configs, parallel=args.jobs, threads=args.threads, root=out)
     every = calibrating + comparison + ablations + search + guard
     write_docs(rows_of(out, every, regimes, docs), docs, regimes, args.data, args.smoke, bundle)
-    print(f"done in {time.perf_counter() - start:.0f} s; {docs / 'regimes.md'}, {docs / 'regimes.csv'}")
+    print(f"done in {time.perf_counter() - start:.0f} s; {docs / PAGE}, {docs / 'regimes.csv'}")
     return 0
 
 

@@ -50,7 +50,7 @@ TEACHERS = {
 # impulse Q/K on top, and selection from the impulse-initialised teacher
 STUDENT_INITS: dict[str, tuple[str, str | None]] = {
     "timm": ("timm", None),
-    "kaiming": ("kaiming", None),  # PyTorch's defaults: the authors' baseline (docs/regimes.md)
+    "kaiming": ("kaiming", None),  # PyTorch's defaults: the authors' baseline (docs/studies/regimes.md)
     "mimetic": ("mimetic", None),
     "impulse": ("impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]", None),
     "select": ("select", "timm"),

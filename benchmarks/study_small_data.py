@@ -1,6 +1,6 @@
 """The small-data study: does the impulse init make a ViT train like a CNN on little data?
 
-A fixed protocol, run through `structinit compare`, so every number in docs/results.md can be
+A fixed protocol, run through `structinit compare`, so every number in docs/studies/small-data.md can be
 regenerated and an interrupted study resumes where it stopped (finished runs are skipped):
 
     .venv/bin/python benchmarks/study_small_data.py --part protocol # the default protocol (< 3 h on 2 cores)
@@ -20,7 +20,7 @@ and kernel as the CNN reference row at 100, 200 and 500 per class.
 Extended: the 12-head ViT at 100 per class and kaiming with 3 heads.
 Levers: 200 per class, 12 heads, one seed each (some three), each a change to impulse.
 Every finished run is a row of the ledger docs/results-runs.jsonl (curve included), from which
-docs/results.csv, the tables of docs/results.md and docs/figures/ are made; runs it holds are not
+docs/results.csv, the tables of docs/studies/small-data.md and docs/figures/ are made; runs it holds are not
 trained again, so the study resumes on a checkout without runs/.
 """
 
@@ -68,6 +68,7 @@ INITS_BY_SIZE = [
     "impulse-soft",
 ]
 LEDGER = "results-runs.jsonl"
+PAGE = Path("studies") / "small-data.md"  # the study's page, under --docs
 SEEDS = [0, 1, 2]
 H12 = {"num_heads": 12}
 H3 = {"num_heads": 3}
@@ -340,7 +341,7 @@ def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid]) -> Non
         elif len(curved) < len(grid_rows):
             caption += f" (the {len(curved)} of its {len(grid_rows)} runs that kept a curve)"
         section = f"### {name} ({recipe_name(grid)})\n\n{results_markdown(grid_rows, wide=True)}"
-        sections.append(section + (f"\n![{caption}](figures/{figure.name})\n" if figure.exists() else ""))
+        sections.append(section + (f"\n![{caption}](../figures/{figure.name})\n" if figure.exists() else ""))
     protocol = [r for r in rows if not r["grid"].startswith("levers")]
     minutes = sum(r["secs"] for r in protocol) / 60
     cost = (
@@ -348,7 +349,8 @@ def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid]) -> Non
         "runs that shared the CPU with other work took longer).\n\n"
     )
     tables = cost + ("\n".join(sections) or "No finished runs yet.\n")
-    write_generated_section(docs / "results.md", tables, "benchmarks/study_small_data.py")
+    (docs / PAGE).parent.mkdir(parents=True, exist_ok=True)
+    write_generated_section(docs / PAGE, tables, "benchmarks/study_small_data.py")
 
 
 def attention_figures(out: Path, figures: Path, per_class: int) -> None:
@@ -379,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", default="runs/study", help="run directories (resumable)")
     parser.add_argument(
-        "--docs", default=None, help="where results.csv/results.md go (default docs/; with --smoke, OUT/docs)"
+        "--docs", default=None, help="where results.csv and studies/small-data.md go (default docs/; --smoke: OUT/docs)"
     )
     parser.add_argument("--smoke", action="store_true", help="tiny models and subsets, 1 epoch: checks the pipeline")
     args = parser.parse_args(argv)
@@ -411,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     if not todo:  # --part docs
         write_docs(study_rows(out, grids, docs), docs, grids)
     attention_figures(out, docs / "figures", protocol[0].per_class)
-    print(f"done in {time.perf_counter() - start:.0f} s; {docs / 'results.md'}, {docs / 'results.csv'}")
+    print(f"done in {time.perf_counter() - start:.0f} s; {docs / PAGE}, {docs / 'results.csv'}")
     return 0
 
 

@@ -361,7 +361,7 @@ def test_smoke_convergence_study_runs_levers_on_validation_and_the_protocol_on_t
     config = yaml.safe_load((run / "config.yaml").read_text())
     assert config["mixup"] == 0.8 and config["randaugment"] and config["warmup_epochs"] == 0.33
     assert (out / "light-h6" / "per_class_8" / "timm-seed0" / "snapshots" / "epoch_0002.pt").exists()
-    text = (out / "docs" / "convergence.md").read_text()
+    text = (out / "docs" / "studies" / "convergence.md").read_text()
     assert (
         "### light-h6-val" in text
         and "| impulse[target_fidelity=0.7] | 1 |" in text
@@ -380,7 +380,7 @@ def test_smoke_convergence_study_runs_levers_on_validation_and_the_protocol_on_t
     with pytest.raises(SystemExit, match="no weight snapshots under"):  # none there: the docs stay
         mechanism.main(["--part", "training", "--runs", str(tmp_path / "nowhere"), "--docs", str(docs)])
     assert mechanism.main(["--part", "training", "--runs", str(out), "--docs", str(docs), "--held-out", "2"]) == 0
-    text = (docs / "convergence.md").read_text()
+    text = (docs / "studies" / "convergence.md").read_text()
     assert "### light-h6-val" in text  # the study's tables stay
     section = text[text.index("<!-- mechanism:begin -->") :]
     rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| light-h6 ")]
@@ -400,7 +400,7 @@ def test_smoke_convergence_study_runs_levers_on_validation_and_the_protocol_on_t
         head["offset"] = [-o for o in head["offset"]]  # the mirror offset: a key the head does not attend
     record.write_text(json.dumps(report))
     assert mechanism.main(["--part", "training", "--runs", str(out), "--docs", str(docs), "--held-out", "2"]) == 0
-    section = (docs / "convergence.md").read_text().split("<!-- mechanism:begin -->")[1]
+    section = (docs / "studies" / "convergence.md").read_text().split("<!-- mechanism:begin -->")[1]
     mirrored = next(line.split(" | ") for line in section.splitlines() if line.startswith("| light-h6 impulse |"))
     assert float(mirrored[2].split(" / ")[0]) < layer0 / 2
 

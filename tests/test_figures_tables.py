@@ -108,7 +108,7 @@ def test_rank_ticks_are_plain_numbers(tmp_path, monkeypatch):
 
 
 def test_results_lead_with_init_top1_margin_and_images_sorted_by_score():
-    """On the committed ledger of docs/results.md: best first, the margin over the best baseline with
+    """On the committed ledger of docs/studies/small-data.md: best first, the margin over the best baseline with
     its standard error over seeds, the number of test images; the other columns only when wide."""
     rows = [json.loads(line) for line in LEDGER.read_text().splitlines()]
     cell = [{**r, "images": 10000} for r in rows if r["grid"] == "vit-h12" and r["per_class"] == 200]

@@ -60,7 +60,7 @@ def test_regime_study_smoke_calibrates_on_validation_and_resumes_from_its_ledger
         (i, str(s)) for i in study.CALIBRATION_INITS for s in study.CALIBRATION_SEEDS
     )
     assert {(r["regime"], r["split"], r["tokens"], r["per_class"]) for r in rows} == {("smoke", "val", "256", "4")}
-    text = (docs / "regimes.md").read_text()
+    text = (docs / "studies" / "regimes.md").read_text()
     assert "### Calibration" in text and "### Attention at init\n\nSeed 0, on the smoke model" in text
     assert "(seed 0 / seed 1):\n\n| regime |" in text  # the calibration's own table under its heading
     norm = study.matched_norm(study.SMOKE_REGIME, f"imagefolder:{data}")
@@ -105,7 +105,7 @@ def test_regime_study_smoke_calibrates_on_validation_and_resumes_from_its_ledger
     assert study.repeats_its_base(study.SMOKE_REGIME, f"imagefolder:{data}", norm) == repeats
     assert tested == {*study.main_inits(norm), *study.ablation_inits(norm)} - repeats
     assert "qk-norm[norm=None,vproj=mimetic,base=kaiming]" in tested  # V/proj alone, on the authors' base
-    assert "### The bundle, one part at a time" in (docs / "regimes.md").read_text()
+    assert "### The bundle, one part at a time" in (docs / "studies" / "regimes.md").read_text()
 
 
 def test_bundle_table_sets_each_part_against_the_plain_init_of_its_base():

@@ -38,7 +38,7 @@ def test_smoke_study_runs_every_grid_writes_the_docs_and_resumes(tmp_path, capsy
     assert all(r["per_class"] == "8" and r["epochs"] == "1" and 0 <= float(r["top1"]) <= 100 for r in rows)
     assert {r["dataset"] for r in rows} == {"images"}  # imagefolder:PATH is named by its folder
     assert {r["heads"] for r in rows if r["grid"] != "convmixer"} == {"12"}
-    results = (docs / "results.md").read_text()
+    results = (docs / "studies" / "small-data.md").read_text()
     assert results.count("<!-- tables:begin -->") == 1 and "### vit-h12 (cpu-quick)" in results
     assert "| impulse-neurips[base=keep] | 1 |" in results and (docs / "figures" / "curves-vit-h12.png").exists()
     levers = results[results.index("### levers-h12") :]
@@ -47,12 +47,12 @@ def test_smoke_study_runs_every_grid_writes_the_docs_and_resumes(tmp_path, capsy
     assert (docs / "figures" / "attention-impulse-trained.png").exists()
 
     # hand-written text around the tables survives a rerun, which trains nothing new
-    (docs / "results.md").write_text("# Study\n\nanalysis\n\n" + results + "\nmore analysis\n")
+    (docs / "studies" / "small-data.md").write_text("# Study\n\nanalysis\n\n" + results + "\nmore analysis\n")
     before = {p: p.stat().st_mtime_ns for p in out.glob("*/*/*/summary.json")}
     capsys.readouterr()
     assert study.main(args) == 0
     assert {p: p.stat().st_mtime_ns for p in out.glob("*/*/*/summary.json")} == before
-    rewritten = (docs / "results.md").read_text()
+    rewritten = (docs / "studies" / "small-data.md").read_text()
     assert rewritten.startswith("# Study\n\nanalysis\n") and rewritten.endswith("more analysis\n")
     row = "| impulse-neurips[base=keep] | 1 |"
     assert rewritten.count(row) == results.count(row) >= 1  # not duplicated
