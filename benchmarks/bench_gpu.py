@@ -285,16 +285,18 @@ def main(argv: list[str] | None = None) -> dict:
     }
     if args.smoke:
         result["eager_losses"], result["compiled_losses"] = compiled_agrees(cell)
-    for name in names:
-        spent = time.perf_counter() - started > args.budget
-        result["rows"][name] = None if spent else measure(cell, VARIANTS[name], args.steps, args.warmup, flops, ceiling)
     print(
         f"{result['device']}, {result['precision']}: ceiling {ceiling:.3g} TFLOP/s (GEMM); one image "
-        f"{flops / 1e9:.3g} GFLOP counted, {formula / 1e9:.3g} by the formula ({flops / formula - 1:+.1%})"
+        f"{flops / 1e9:.3g} GFLOP counted, {formula / 1e9:.3g} by the formula ({flops / formula - 1:+.1%})",
+        flush=True,
     )
+    for name in names:  # each row printed and saved as it comes: a call cut short keeps what it measured
+        spent = time.perf_counter() - started > args.budget
+        result["rows"][name] = None if spent else measure(cell, VARIANTS[name], args.steps, args.warmup, flops, ceiling)
+        print("| " + " | ".join(row(name, result["rows"][name])) + " |", flush=True)
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=2))
     print(markdown([row(name, measured) for name, measured in result["rows"].items()]), end="")
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
     failed = checks_failed(result)
     if failed:
         raise SystemExit("bench_gpu.py: " + "; ".join(failed))

@@ -132,9 +132,11 @@ def test_demo_trains_every_init_on_the_digits_and_draws_both_structured_inits(tm
     out = tmp_path / "demo"
     assert main(["demo", "--epochs", "1", "--quiet", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    for init in ("timm", "mimetic", "impulse", "impulse"):
-        assert f"| {init} | 1 |" in printed and (out / "full" / f"{init}-seed0" / "summary.json").exists()
-    for name in ("impulse-init", "impulse", "impulse-init", "impulse"):
+    from structinit.studies.grid import run_dir
+
+    for init in ("timm", "mimetic[base=kaiming]", "impulse", "impulse-soft"):  # the default init among them
+        assert f"| {init} | 1 |" in printed and (run_dir(out, None, init, 0) / "summary.json").exists()
+    for name in ("impulse-init", "impulse", "impulse-soft-init", "impulse-soft"):
         assert (out / f"attention-{name}.png").stat().st_size > 0
     assert "4 runs in" in printed
 

@@ -214,9 +214,10 @@ def run_demo(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     base = TrainConfig(data="digits", model="vit_digits", epochs=args.epochs, quiet=args.quiet)
-    # impulse: the paper's sharp maps; impulse-soft: the soft maps chosen at 64 tokens
+    # impulse: the paper's text (Q/K alone at its solve's sharpness); impulse-soft: the soft maps chosen at 64 tokens;
+    # mimetic on PyTorch's base: the trainer's default for ViTs (docs/studies/default-rule.md)
     structured = ["impulse", "impulse-soft"]
-    rows = compare(base, ["timm", "mimetic", *structured], int_list(args.seeds, "--seeds"), [None], out)
+    rows = compare(base, ["timm", "mimetic[base=kaiming]", *structured], int_list(args.seeds, "--seeds"), [None], out)
     seed = int_list(args.seeds, "--seeds")[0]
     for init in structured:
         attention_figure(str(run_dir(out, None, init, seed)), at_init=True, out=out / f"attention-{init}-init.png")
