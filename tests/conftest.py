@@ -10,6 +10,13 @@ import torch
 from PIL import Image
 
 
+def pytest_configure(config):
+    """Under pytest-xdist (`make test` runs two workers) each worker takes one torch thread: two workers of
+    two threads each on two cores wait on each other's OpenMP teams."""
+    if hasattr(config, "workerinput"):
+        torch.set_num_threads(1)
+
+
 def small_vit(**kwargs):
     """A ViT for 32x32 images with patch 4 (8x8 grid), the paper's small-image configuration."""
     config = dict(img_size=32, patch_size=4, embed_dim=192, depth=2, num_heads=12, num_classes=10)
