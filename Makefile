@@ -17,7 +17,7 @@ demo: $(STAMP)
 	$(VENV)/bin/structinit demo --out runs/demo
 
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q -n 2 --dist loadfile  # two workers, one torch thread each (tests/conftest.py), a file each
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/lint-imports --no-cache

@@ -11,10 +11,21 @@ import torch
 from PIL import Image
 
 
+def pytest_configure(config):
+    """Under pytest-xdist (`make test` runs two workers) each worker takes one torch thread: two workers of
+    two threads each on two cores wait on each other's OpenMP teams."""
+    if hasattr(config, "workerinput"):
+        torch.set_num_threads(1)
+
+
 @pytest.fixture(autouse=True, scope="session")
-def _own_solve_cache(tmp_path_factory):
-    """`impulse`'s solved sharpness (inits/paper_solve.py) kept in a folder of the session's, not ~/.cache."""
-    os.environ["STRUCTINIT_CACHE"] = str(tmp_path_factory.mktemp("structinit-cache"))
+def _own_solve_cache(tmp_path_factory, worker_id):
+    """`impulse`'s solved sharpness (inits/paper_solve.py) kept in the run's own folder, not ~/.cache, one
+    for both xdist workers (each value is solved once a run)."""
+    root = tmp_path_factory.getbasetemp()
+    folder = (root.parent if worker_id != "master" else root) / "structinit-cache"
+    folder.mkdir(exist_ok=True)
+    os.environ["STRUCTINIT_CACHE"] = str(folder)
 
 
 def small_vit(**kwargs):

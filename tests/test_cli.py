@@ -1,3 +1,4 @@
+import functools
 import json
 import subprocess
 import sys
@@ -5,6 +6,7 @@ import sys
 import pytest
 
 from structinit.cli.commands import main, parse_assignments
+from structinit.training.settings import TrainConfig
 
 SMALL = ["--model-kwargs", "img_size=32,patch_size=4,num_heads=12,depth=2"]
 
@@ -128,7 +130,12 @@ def test_a_missing_extra_is_named_in_one_line_and_other_import_errors_are_not_hi
         cli.main(["rank", "vit_digits"])
 
 
-def test_demo_trains_every_init_on_the_digits_and_draws_both_structured_inits(tmp_path, capsys):
+def test_demo_trains_every_init_on_the_digits_and_draws_both_structured_inits(tmp_path, capsys, monkeypatch):
+    from structinit.cli import commands
+
+    # the demo's four runs, tables and figures on a tenth of the digits and one block (`make demo`: the full size)
+    small = functools.partial(TrainConfig, train_fraction=0.1, model_kwargs={"depth": 1}, batch_size=50)
+    monkeypatch.setattr(commands, "TrainConfig", small)
     out = tmp_path / "demo"
     assert main(["demo", "--epochs", "1", "--quiet", "--out", str(out)]) == 0
     printed = capsys.readouterr().out

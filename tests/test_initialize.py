@@ -10,10 +10,12 @@ from conftest import small_vit
 from structinit.inits import baselines
 from structinit.offsets import kernel_offsets
 
+# the impulse init solves each layer on its own pseudo input: two blocks of ViT-S and ViT-B (their heads, widths
+# and 14x14 grid) check what their twelve would, at a fifth of the time
 PAPER_MODELS = {
     "vit_tiny_patch16_224 (3 heads)": lambda: timm.create_model("vit_tiny_patch16_224"),
-    "vit_small_patch16_224 (6 heads)": lambda: timm.create_model("vit_small_patch16_224"),
-    "vit_base_patch16_224 (12 heads)": lambda: timm.create_model("vit_base_patch16_224"),
+    "vit_small_patch16_224 (6 heads)": lambda: timm.create_model("vit_small_patch16_224", depth=2),
+    "vit_base_patch16_224 (12 heads)": lambda: timm.create_model("vit_base_patch16_224", depth=2),
     "32px/p4, 9 heads": lambda: small_vit(embed_dim=180, num_heads=9),
     "32px/p4, 12 heads": lambda: small_vit(num_heads=12),
 }

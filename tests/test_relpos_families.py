@@ -183,8 +183,11 @@ def test_the_same_seed_gives_the_same_bits_in_another_process():
         f"from test_relpos_families import digests; print(json.dumps(digests({names!r})))"
     )
     root = Path(__file__).resolve().parents[1]
-    other = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, check=True)
-    assert json.loads(other.stdout.strip().splitlines()[-1]) == digests(names)
+    other = subprocess.Popen([sys.executable, "-c", script], cwd=root, stdout=subprocess.PIPE, text=True)
+    here = digests(names)  # meanwhile, here
+    out, _ = other.communicate(timeout=600)
+    assert other.returncode == 0
+    assert json.loads(out.strip().splitlines()[-1]) == here
 
 
 # --- a refusal changes nothing, for every family -------------------------------------------------
