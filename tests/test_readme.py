@@ -62,3 +62,17 @@ def test_snippet_runs(index, folder):
         command = [sys.executable, "-m", "structinit", *words[1:], *TINY]
         done = subprocess.run(command, cwd=folder, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_the_python_block_of_methods_md_runs_on_a_small_vit(make_vit):
+    """docs/methods.md's three ways of naming options, on a 2-block ViT: each gives the same report."""
+    import structinit
+
+    page = (ROOT / "docs" / "methods.md").read_text()
+    block = page.split("```python\n", 1)[1].split("```", 1)[0]
+    assert block.count("structinit.initialize(") == 3
+    reports = []
+    for line in block.strip().splitlines():
+        model = make_vit()
+        reports.append(eval(line.split("  #")[0], {"structinit": structinit, "model": model}))
+    assert len({(r.min_fidelity, r.options["assignment"], r.options["target_fidelity"]) for r in reports}) == 1
