@@ -10,6 +10,10 @@ import timm
 import torch
 from PIL import Image
 
+# `impulse` as it was before 0.3 (labels.label_before): sharp maps, x18, mimetic V/proj on the model's own
+# weights; the tests of the solve's mechanics use it, test_bundle the paper's text that `impulse` is now
+SHARP = "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]"
+
 
 def pytest_configure(config):
     """Under pytest-xdist (`make test` runs two workers) each worker takes one torch thread: two workers of

@@ -13,7 +13,17 @@ SMALL = ["--model-kwargs", "img_size=32,patch_size=4,num_heads=12,depth=2"]
 
 def test_init_prints_the_report_and_writes_json(tmp_path, capsys):
     out = tmp_path / "report.json"
-    code = main(["init", "vit_tiny_patch16_224", *SMALL, "--init", "impulse[kernel_size=5,target_fidelity=0.98]", "--json", str(out)])
+    code = main(
+        [
+            "init",
+            "vit_tiny_patch16_224",
+            *SMALL,
+            "--init",
+            "impulse[kernel_size=5,target_fidelity=0.98]",
+            "--json",
+            str(out),
+        ]
+    )
     assert code == 0
     text = capsys.readouterr().out
     assert "impulse init of VisionTransformer (seed 0)" in text and "worst head 0.98" in text

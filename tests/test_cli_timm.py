@@ -20,7 +20,7 @@ from PIL import Image
 from timm.scheduler import CosineLRScheduler
 
 import structinit
-from conftest import make_imagefolder
+from conftest import SHARP, make_imagefolder
 from structinit.cli import main
 from structinit.cli.parser import build_parser, train_config
 from structinit.errors import Notice
@@ -68,10 +68,11 @@ def test_sgd_with_a_step_schedule_trains_and_the_run_records_them(sgd_run):
 
 def test_the_default_optimiser_and_schedule_train_as_before():
     """AdamW and the cosine, now through timm's factories: the numbers of structinit 9d96443, bit for bit,
-    and the identity (so every recorded run and ledger row) of a default config as it was."""
+    and the identity (so every recorded run and ledger row) of a default config as it was, its init label
+    aside (0.3 made `auto` the default)."""
     from structinit.training.optimizer import create_optimizer, create_schedule
 
-    assert config_hash(dataclasses.asdict(TrainConfig())) == "96c440f19c"
+    assert config_hash(dataclasses.asdict(TrainConfig(init="impulse"))) == "96c440f19c"
     config = TrainConfig(epochs=7, warmup_epochs=1.5)
     model = torch.nn.Linear(2, 2)
     scheduler = create_schedule(create_optimizer(model, config, torch.device("cpu")), config, 9)
@@ -86,7 +87,11 @@ def test_a_tiny_default_run_has_the_losses_it_had(tmp_path):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        train(TrainConfig(**FAST, epochs=3, warmup_epochs=1.5, amp="none", out=str(tmp_path / "run")))
+        # the default init before 0.3, as it is written now: the same weights, so the same numbers
+        config = TrainConfig(
+            **{**FAST, "init": SHARP}, epochs=3, warmup_epochs=1.5, amp="none", out=str(tmp_path / "run")
+        )
+        train(config)
     finally:
         torch.set_num_threads(threads)
     epochs = epochs_of(tmp_path / "run")

@@ -4,6 +4,7 @@ V/proj left alone, weight snapshots, and the study script's --smoke mode."""
 import copy
 import csv
 import json
+import re
 
 import pytest
 import torch
@@ -15,11 +16,15 @@ from structinit.cli import main
 from structinit.data.datasets import load_data
 from structinit.data.subsets import stratified_split, stratified_subset
 from structinit.fidelity import mean_attention
+from structinit.studies.grid import run_dir
 from structinit.studies.results import epochs_to_reach, time_to_accuracy
 from structinit.studies.tables import results_markdown
 from structinit.training import TrainConfig, train
 
 FAST = dict(data="digits", per_class=20, model="vit_digits", model_kwargs={"depth": 1}, batch_size=50, quiet=True)
+
+# `impulse` before 0.3, as study_convergence.py names its runs
+BUNDLE = "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]"
 
 
 # --- the validation split ----------------------------------------------------------------------
@@ -158,7 +163,7 @@ def test_vproj_keep_leaves_value_and_projection_as_they_were(make_vit):
     model = make_vit()
     structinit.initialize(model, "timm", seed=0)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    report = structinit.initialize(model, "impulse", seed=0, vproj="keep")
+    report = structinit.initialize(model, BUNDLE, seed=0, vproj="keep")
     dim = model.embed_dim
     for i, block in enumerate(model.blocks):
         qkv = block.attn.qkv.weight
@@ -167,14 +172,14 @@ def test_vproj_keep_leaves_value_and_projection_as_they_were(make_vit):
         assert not torch.equal(qkv[:dim], before[f"blocks.{i}.attn.qkv.weight"][:dim])
     assert report.min_fidelity >= 0.97 and report.options["vproj"] == "keep"
     with pytest.raises(ValueError, match="vproj"):
-        structinit.initialize(make_vit(), "impulse", seed=0, vproj="zero")
+        structinit.initialize(make_vit(), BUNDLE, seed=0, vproj="zero")
 
 
 def test_scale_content_gives_the_grown_embeddings_first_layer_maps_on_images_from_small_weights(make_vit, images):
     grown = make_vit()
     shrunk = copy.deepcopy(grown)
-    structinit.initialize(grown, "impulse", seed=0)
-    report = structinit.initialize(shrunk, "impulse", seed=0, scale="content")
+    structinit.initialize(grown, BUNDLE, seed=0)
+    report = structinit.initialize(shrunk, BUNDLE, seed=0, scale="content")
     assert report.options["scale"] == "content" and report.min_fidelity >= 0.97
     # the position embedding keeps timm's scale: the patch projection and class token carry the ratio
     factor = grown.pos_embed.detach().std() / shrunk.pos_embed.detach().std()
@@ -193,7 +198,13 @@ def test_scale_content_gives_the_grown_embeddings_first_layer_maps_on_images_fro
     plain = make_vit()
     structinit.initialize(plain, "timm", seed=0)
     before = plain.patch_embed.proj.weight.clone()
-    structinit.initialize(plain, "impulse", seed=0, scale="content", pos_scale=None)
+    structinit.initialize(
+        plain,
+        BUNDLE,
+        seed=0,
+        scale="content",
+        pos_scale=None,
+    )
     assert torch.equal(plain.patch_embed.proj.weight, before)
 
 
@@ -201,9 +212,9 @@ def test_scale_content_needs_a_linear_patch_embedding(make_vit):
     model = make_vit()
     model.patch_embed.norm = torch.nn.LayerNorm(model.embed_dim)
     with pytest.raises(ValueError, match="scale=content divides the patch projection, and this model's patch"):
-        structinit.initialize(model, "impulse", seed=0, scale="content")
+        structinit.initialize(model, BUNDLE, seed=0, scale="content")
     with pytest.raises(ValueError, match="scale"):
-        structinit.initialize(make_vit(), "impulse", seed=0, scale="patch")
+        structinit.initialize(make_vit(), BUNDLE, seed=0, scale="patch")
 
 
 def test_snapshots_keep_the_weights_at_init_and_after_the_chosen_epochs(tmp_path):
@@ -242,8 +253,26 @@ def test_acceptance_checks_the_issue_goals_on_seed_means_and_says_pending_until_
     study = load_benchmark("study_convergence")
     chosen = study.CHOSEN[0]
     grids = [
-        study.Grid("light", 6, 200, ["timm", "mimetic", "impulse", chosen, *study.CONTROL], [0, 1]),
-        study.Grid("light", 6, 500, ["timm", "mimetic", "impulse"], [0, 1]),
+        study.Grid(
+            "light",
+            6,
+            200,
+            [
+                "timm",
+                "mimetic",
+                BUNDLE,
+                chosen,
+                *study.CONTROL,
+            ],
+            [0, 1],
+        ),
+        study.Grid(
+            "light",
+            6,
+            500,
+            ["timm", "mimetic", BUNDLE],
+            [0, 1],
+        ),
     ]
 
     def row(init, seed, top1, per_class=200, reached=None):
@@ -253,17 +282,18 @@ def test_acceptance_checks_the_issue_goals_on_seed_means_and_says_pending_until_
     rows = [
         *(row("timm", s, 50.0 + s) for s in (0, 1)),  # mean 50.5
         *(row("mimetic", s, 52.0) for s in (0, 1)),
-        row("impulse", 0, 53.0, reached=30),
-        row("impulse", 1, 52.0, reached=50),  # mean 52.5: +2 over timm, above mimetic
+        row(BUNDLE, 0, 53.0, reached=30),
+        row(BUNDLE, 1, 52.0, reached=50),  # mean 52.5: +2 over timm, above mimetic
         row(chosen, 0, 54.0, reached=60),  # one seed of two
         *(row(study.CONTROL[0], s, 53.0, reached=40) for s in (0, 1)),  # the control gets its own row
         *(row("timm", s, 60.0, per_class=500) for s in (0, 1)),
         *(row("mimetic", s, 61.0, per_class=500) for s in (0, 1)),
-        *(row("impulse", s, 59.0 + s, per_class=500) for s in (0, 1)),  # mean 59.5 < timm's 60
+        *(row(BUNDLE, s, 59.0 + s, per_class=500) for s in (0, 1)),  # mean 59.5 < timm's 60
     ]
     lines = study.acceptance(rows, grids).splitlines()
     assert lines[2] == (
-        "| light-h6 | 200 | 50.50 | 52.00 | impulse | 52.50 ± 0.71 | ≥ timm +2, mimetic | yes | 30, 50 (≤ 50) | yes |"
+        "| light-h6 | 200 | 50.50 | 52.00 | impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep] "
+        "| 52.50 ± 0.71 | ≥ timm +2, mimetic | yes | 30, 50 (≤ 50) | yes |"
     )
     assert lines[3].startswith(f"| light-h6 | 200 | 50.50 | 52.00 | {chosen} | 54.00 ± - |")
     assert lines[3].endswith("| yes (pending: 1/2 seeds) | 60 (≤ 50) | no (pending: 1/2 seeds) |")
@@ -271,7 +301,7 @@ def test_acceptance_checks_the_issue_goals_on_seed_means_and_says_pending_until_
         f"| light-h6 | 200 | 50.50 | 52.00 | {study.CONTROL[0]} | 53.00 ± 0.00 | ≥ timm +2, mimetic | yes "
         "| 40, 40 (≤ 50) | yes |"
     )
-    assert lines[5].startswith("| light-h6 | 500 | 60.00 | 61.00 | impulse | 59.50 ± 0.71 | ≥ timm +0 | no |")
+    assert lines[5].startswith(f"| light-h6 | 500 | 60.00 | 61.00 | {BUNDLE} | 59.50 ± 0.71 | ≥ timm +0 | no |")
     assert lines[5].endswith("| never, never (≤ 50) | no |")
     assert len(lines) == 6  # the chosen setting and its control have no run at 500: no rows
     # runs whose curves were lost: the speed goal stays open while the others meet it, 'no' once one fails
@@ -290,8 +320,20 @@ def test_decision_applies_the_fixed_rule_and_pairs_the_control_by_seed():
     study = load_benchmark("study_convergence")
     chosen, control = study.CHOSEN[0], study.CONTROL[0]
     grids = [
-        study.Grid("light", 6, 200, ["timm", "impulse", chosen, control], [0, 1]),
-        study.Grid("light", 6, 500, ["timm", "impulse", chosen], [0, 1]),
+        study.Grid(
+            "light",
+            6,
+            200,
+            ["timm", BUNDLE, chosen, control],
+            [0, 1],
+        ),
+        study.Grid(
+            "light",
+            6,
+            500,
+            ["timm", BUNDLE, chosen],
+            [0, 1],
+        ),
     ]
 
     def row(init, seed, top1, per_class=200):
@@ -299,13 +341,13 @@ def test_decision_applies_the_fixed_rule_and_pairs_the_control_by_seed():
 
     rows = [
         *(row("timm", s, 50.0) for s in (0, 1)),
-        *(row("impulse", s, 49.0) for s in (0, 1)),
+        *(row(BUNDLE, s, 49.0) for s in (0, 1)),
         row(chosen, 0, 51.0),
         row(chosen, 1, 52.0),
         row(control, 0, 48.0),  # -3
         row(control, 1, 48.5),  # -3.5: mean -3.25, standard error 0.25
         *(row("timm", s, 60.0, per_class=500) for s in (0, 1)),
-        *(row("impulse", s, 60.5, per_class=500) for s in (0, 1)),
+        *(row(BUNDLE, s, 60.5, per_class=500) for s in (0, 1)),
         *(row(chosen, s, 60.0, per_class=500) for s in (0, 1)),  # ties timm, below the default
     ]
     assert study.decision(rows, grids).splitlines() == [
@@ -318,9 +360,9 @@ def test_decision_applies_the_fixed_rule_and_pairs_the_control_by_seed():
         "error): the chosen setting is ahead: the impulse structure counts.",
     ]
     # the default's runs at 500 lower: the rule is met; the control one point either side: a tie
-    better = [r for r in rows if not (r["init"] == "impulse" and r["per_class"] == 500)]
+    better = [r for r in rows if not (r["init"] == BUNDLE and r["per_class"] == 500)]
     tied = [r if r["init"] != control else {**r, "top1": 52.0 - r["seed"]} for r in better]  # +1, -1
-    lines = study.decision([*tied, row("impulse", 0, 59.0, per_class=500)], grids).splitlines()
+    lines = study.decision([*tied, row(BUNDLE, 0, 59.0, per_class=500)], grids).splitlines()
     assert lines[2] == "- **The chosen setting becomes the default: yes so far** (pending: 1 more run)."
     tie = "the control ties the chosen setting: what wins is the Q/K scale, not the impulse structure"
     assert lines[3].endswith(f"(2 pairs): +0.00 ± 1.00 (standard error): {tie} (pending: 1 more run).")
@@ -345,11 +387,11 @@ def test_smoke_convergence_study_runs_levers_on_validation_and_the_protocol_on_t
     by_grid = {(r["grid"], r["init"]): r for r in rows}
     assert set(by_grid) == {
         ("light-h6-val", "timm"),
-        ("light-h6-val", "impulse[target_fidelity=0.7]"),
+        ("light-h6-val", "impulse[target_fidelity=0.7,pos_scale=18.0,vproj=mimetic,base=keep]"),
         ("light-h6", "timm"),
-        ("light-h6", "impulse"),
+        ("light-h6", BUNDLE),
         ("small-data-h6", "timm"),
-        ("small-data-h6", "impulse"),
+        ("small-data-h6", BUNDLE),
     }
     assert {r["split"] for r in rows if r["grid"].endswith("-val")} == {"val"}
     assert {r["split"] for r in rows if not r["grid"].endswith("-val")} == {"test"}
@@ -357,14 +399,14 @@ def test_smoke_convergence_study_runs_levers_on_validation_and_the_protocol_on_t
     assert all(r["epochs_to_timm"] in ("", "1", "2") for r in rows) and by_grid["light-h6", "timm"]["epochs_to_timm"]
     assert {r["precision"] for r in rows} == {"float32"} and all(r["device"] for r in rows)  # fp32 on every CPU
     # the recipes differ as the protocol says: mixing, RandAugment, a warm-up of 1/6 of the run
-    run = out / "small-data-h6" / "per_class_8" / "impulse-seed0"
+    run = run_dir(out / "small-data-h6", 8, BUNDLE, 0)
     config = yaml.safe_load((run / "config.yaml").read_text())
     assert config["mixup"] == 0.8 and config["randaugment"] and config["warmup_epochs"] == 0.33
     assert (out / "light-h6" / "per_class_8" / "timm-seed0" / "snapshots" / "epoch_0002.pt").exists()
     text = (out / "docs" / "studies" / "convergence.md").read_text()
     assert (
         "### light-h6-val" in text
-        and "| impulse[target_fidelity=0.7] | 1 |" in text
+        and "| impulse[target_fidelity=0.7,pos_scale=18.0,vproj=mimetic,base=keep] | 1 |" in text
         and "| validation images |" in text
     )
     assert "Plateau" in text and (out / "docs" / "figures" / "convergence-light-h6.png").exists()
@@ -384,7 +426,7 @@ def test_smoke_convergence_study_runs_levers_on_validation_and_the_protocol_on_t
     assert "### light-h6-val" in text  # the study's tables stay
     section = text[text.index("<!-- mechanism:begin -->") :]
     rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| light-h6 ")]
-    assert [(r[0], r[1]) for r in rows] == [("| light-h6 impulse", e) for e in "02"] + [
+    assert [(r[0], r[1]) for r in rows] == [(f"| light-h6 {BUNDLE}", e) for e in "02"] + [
         ("| light-h6 timm", e) for e in "02"
     ]
     impulse, timm = rows[0], rows[2]
@@ -394,14 +436,14 @@ def test_smoke_convergence_study_runs_levers_on_validation_and_the_protocol_on_t
     assert float(impulse[6]) == pytest.approx(-0.4, abs=0.02) and abs(float(timm[6])) < 0.02  # mimetic V/proj
 
     # the assigned offsets come from the run's own init record, not from a rebuild by today's code
-    record = out / "light-h6" / "per_class_8" / "impulse-seed0" / "init_report.json"
+    record = run_dir(out / "light-h6", 8, BUNDLE, 0) / "init_report.json"
     report = json.loads(record.read_text())
     for head in report["layers"][0]["heads"]:
         head["offset"] = [-o for o in head["offset"]]  # the mirror offset: a key the head does not attend
     record.write_text(json.dumps(report))
     assert mechanism.main(["--part", "training", "--runs", str(out), "--docs", str(docs), "--held-out", "2"]) == 0
     section = (docs / "studies" / "convergence.md").read_text().split("<!-- mechanism:begin -->")[1]
-    mirrored = next(line.split(" | ") for line in section.splitlines() if line.startswith("| light-h6 impulse |"))
+    mirrored = next(line.split(" | ") for line in section.splitlines() if line.startswith(f"| light-h6 {BUNDLE} |"))
     assert float(mirrored[2].split(" / ")[0]) < layer0 / 2
 
     # the results live in the committed ledger: a fresh checkout (no run directories) trains nothing
@@ -414,11 +456,11 @@ def test_smoke_convergence_study_runs_levers_on_validation_and_the_protocol_on_t
     assert study.main([*fresh, "--jobs", "1", "--part", "protocol"]) == 0
     assert not list((tmp_path / "fresh").glob("*/*/*/summary.json"))
     assert (docs / "convergence.csv").read_text() == tables
-    changed = next(r for r in kept if (r["grid"], r["init"]) == ("small-data-h6", "impulse"))
+    changed = next(r for r in kept if (r["grid"], r["init"]) == ("small-data-h6", BUNDLE))
     changed["recipe_hash"] = "0000000000"
     ledger.write_text("".join(json.dumps(r) + "\n" for r in kept))
     with pytest.raises(
         SystemExit,
-        match="holds small-data-h6 8/class impulse seed 0 from another recipe or --data",
+        match=re.escape(f"holds small-data-h6 8/class {BUNDLE} seed 0 from another recipe or --data"),
     ):
         study.main([*fresh, "--jobs", "1", "--part", "protocol"])

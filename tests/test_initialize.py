@@ -6,7 +6,7 @@ import timm
 import torch
 
 import structinit
-from conftest import small_vit
+from conftest import SHARP, small_vit
 from structinit.inits import baselines
 from structinit.offsets import kernel_offsets
 
@@ -24,7 +24,7 @@ PAPER_MODELS = {
 @pytest.mark.parametrize("name", PAPER_MODELS)
 def test_impulse_reaches_095_on_every_head(name):
     model = PAPER_MODELS[name]()
-    report = structinit.initialize(model, "impulse", seed=0)
+    report = structinit.initialize(model, SHARP, seed=0)
     assert report.min_fidelity >= 0.95, str(report)
     # the report's numbers are those of the model's own attention modules on the pseudo input
     measured = structinit.fidelity(model)
@@ -36,7 +36,7 @@ def test_impulse_reaches_095_on_every_head(name):
 
 def test_target_fidelity_sets_the_strength(make_vit):
     for target in (0.5, 0.9, 0.99):
-        report = structinit.initialize(make_vit(), "impulse", seed=0, target_fidelity=target)
+        report = structinit.initialize(make_vit(), SHARP, seed=0, target_fidelity=target)
         assert report.mean_fidelity == pytest.approx(target, abs=2e-3)
 
 
@@ -67,18 +67,18 @@ def test_mimetic_heads_attend_to_themselves(make_vit):
 
 def test_impulse_with_more_heads_than_offsets_covers_the_kernel(make_vit):
     for f, heads, dim in [(3, 9, 180), (3, 12, 192), (5, 25, 400)]:
-        report = structinit.initialize(make_vit(embed_dim=dim, num_heads=heads), "impulse", kernel_size=f, seed=3)
+        report = structinit.initialize(make_vit(embed_dim=dim, num_heads=heads), SHARP, kernel_size=f, seed=3)
         for layer in report.layers:
             assert {h.offset for h in layer.heads} == set(kernel_offsets(f))
         assert report.min_fidelity >= 0.95
 
 
 def test_ordered_assignment_follows_the_authors_order(make_vit):
-    report = structinit.initialize(make_vit(num_heads=3), "impulse", seed=0, assignment="ordered")
+    report = structinit.initialize(make_vit(num_heads=3), SHARP, seed=0, assignment="ordered")
     assert [h.offset for h in report.layers[0].heads] == [(0, 0), (-1, 0), (0, 1)]
 
 
-@pytest.mark.parametrize("method", ["timm", "kaiming", "mimetic", "impulse"])
+@pytest.mark.parametrize("method", ["timm", "kaiming", "mimetic", SHARP])
 def test_same_seed_same_weights_bit_for_bit(make_vit, method):
     torch.manual_seed(0)
     a = make_vit()
@@ -94,29 +94,29 @@ def test_same_seed_same_weights_bit_for_bit(make_vit, method):
 
 def test_impulse_twice_gives_the_same_model(make_vit):
     model = make_vit()
-    structinit.initialize(model, "impulse", seed=5)
+    structinit.initialize(model, SHARP, seed=5)
     once = {k: v.clone() for k, v in model.state_dict().items()}
-    structinit.initialize(model, "impulse", seed=5)
+    structinit.initialize(model, SHARP, seed=5)
     for name, value in model.state_dict().items():
         assert torch.allclose(value, once[name], atol=1e-5), name
 
 
 def test_different_seeds_different_offsets(make_vit):
-    first = structinit.initialize(make_vit(num_heads=3), "impulse", seed=0)
-    second = structinit.initialize(make_vit(num_heads=3), "impulse", seed=1)
+    first = structinit.initialize(make_vit(num_heads=3), SHARP, seed=0)
+    second = structinit.initialize(make_vit(num_heads=3), SHARP, seed=1)
     offsets = lambda r: [h.offset for layer in r.layers for h in layer.heads]  # noqa: E731
     assert offsets(first) != offsets(second)
 
 
 def test_seed_none_is_drawn_from_torch_and_recorded(make_vit):
     torch.manual_seed(123)
-    first = structinit.initialize(make_vit(), "impulse")
+    first = structinit.initialize(make_vit(), SHARP)
     torch.manual_seed(123)
-    second = structinit.initialize(make_vit(), "impulse")
+    second = structinit.initialize(make_vit(), SHARP)
     assert first.seed == second.seed and isinstance(first.seed, int)
 
 
-@pytest.mark.parametrize("method", ["mimetic", "impulse", "impulse-soft"])
+@pytest.mark.parametrize("method", ["mimetic", SHARP, "impulse-soft"])
 def test_only_attention_and_position_embedding_change(make_vit, method):
     """Mimetic and the impulse init write Q/K and V/proj; impulse-soft writes only Q/K (V/proj and the
     position embedding's scale stay the model's). All of them read the position
@@ -140,7 +140,7 @@ def test_only_attention_and_position_embedding_change(make_vit, method):
             assert torch.equal(after[f"blocks.{i}.attn.qkv.bias"][: 2 * d], torch.zeros(2 * d))
             bias = f"blocks.{i}.attn.qkv.bias"
             assert torch.equal(after[bias][2 * d :], before[bias][2 * d :])
-    if method == "impulse":
+    if method == SHARP:
         assert float(after["pos_embed"].std()) == pytest.approx(0.36, rel=1e-5)  # x18 timm's 0.02
     if method == "impulse-soft":
         assert float(after["pos_embed"].std()) == pytest.approx(0.02, rel=0.1)  # timm's draw
@@ -164,7 +164,7 @@ def test_mimetic_products_have_the_promised_form(make_vit):
         assert torch.allclose(qk @ qk, 0.7 * qk, atol=1e-4)
 
 
-@pytest.mark.parametrize("method", ["timm", "kaiming", "mimetic", "impulse"])
+@pytest.mark.parametrize("method", ["timm", "kaiming", "mimetic", SHARP])
 def test_initialised_model_still_trains(make_vit, images, method):
     model = make_vit()
     structinit.initialize(model, method, seed=0)
@@ -182,24 +182,22 @@ def test_initialised_model_still_trains(make_vit, images, method):
 
 
 def test_refine_solver_sharpens_the_maps(make_vit):
-    closed = structinit.initialize(make_vit(), "impulse", seed=0, target_fidelity=0.9)
-    refined = structinit.initialize(
-        make_vit(), "impulse", seed=0, target_fidelity=0.9, solver="refine", refine_steps=30
-    )
+    closed = structinit.initialize(make_vit(), SHARP, seed=0, target_fidelity=0.9)
+    refined = structinit.initialize(make_vit(), SHARP, seed=0, target_fidelity=0.9, solver="refine", refine_steps=30)
     assert refined.min_fidelity > closed.max_fidelity
 
 
 @pytest.mark.parametrize("kind", ["uniform", "gaussian", "pos_embed+noise"])
 def test_other_pseudo_inputs_fit_themselves_but_not_the_position_embedding(make_vit, kind):
     model = make_vit()
-    report = structinit.initialize(model, "impulse", seed=0, pseudo_input=kind, noise_std=0.5)
+    report = structinit.initialize(model, SHARP, seed=0, pseudo_input=kind, noise_std=0.5)
     assert report.min_fidelity >= 0.95  # on the pseudo input the solve saw
     if kind != "pos_embed+noise":
         assert structinit.fidelity(model).mean_fidelity < 0.5  # pure noise carries no position
 
 
 def test_report_serialises(make_vit):
-    report = structinit.initialize(make_vit(num_heads=3), "impulse", seed=0)
+    report = structinit.initialize(make_vit(num_heads=3), SHARP, seed=0)
     data = report.to_dict()
     assert {"method", "mean_fidelity", "min_fidelity", "seconds"} <= set(data)
     options = data["options"]
@@ -218,20 +216,20 @@ def test_report_serialises(make_vit):
 
 def test_fidelity_on_real_images_sees_position_through_content(make_vit, images):
     model = make_vit()
-    structinit.initialize(model, "impulse", seed=0)
+    structinit.initialize(model, SHARP, seed=0)
     first_layer = structinit.fidelity(model, images).layers[0]
     assert min(h.fidelity for h in first_layer.heads) > 0.1  # >> 1/65 for a uniform map
 
 
 def test_heads_too_small_for_the_target_get_a_warning(make_vit):
     with pytest.warns(UserWarning, match="head_dim 2 is small"):
-        report = structinit.initialize(make_vit(num_heads=96), "impulse", seed=0)
+        report = structinit.initialize(make_vit(num_heads=96), SHARP, seed=0)
     assert report.min_fidelity < 0.97
 
 
 def test_tiny_heads_still_reach_the_target(make_vit):
     for heads, f in [(48, 5), (64, 3)]:  # head dimensions 4 and 3
-        assert structinit.initialize(make_vit(num_heads=heads), "impulse", kernel_size=f, seed=0).min_fidelity >= 0.979
+        assert structinit.initialize(make_vit(num_heads=heads), SHARP, kernel_size=f, seed=0).min_fidelity >= 0.979
 
 
 def test_the_authors_solver_loses_fidelity_on_small_heads():
@@ -242,7 +240,7 @@ def test_the_authors_solver_loses_fidelity_on_small_heads():
     assert 0.8 < tiny.mean_fidelity < 0.92 and tiny.min_fidelity < 0.85
     small_heads = structinit.initialize(small_vit(num_heads=12, depth=6), "impulse-neurips", seed=0)
     assert 0.4 < small_heads.mean_fidelity < 0.65 and small_heads.min_fidelity < 0.5
-    assert structinit.initialize(small_vit(num_heads=12, depth=6), "impulse", seed=0).min_fidelity >= 0.979
+    assert structinit.initialize(small_vit(num_heads=12, depth=6), SHARP, seed=0).min_fidelity >= 0.979
 
 
 def test_propagate_solves_each_layer_on_what_the_blocks_feed_it(make_vit, images):
@@ -252,7 +250,7 @@ def test_propagate_solves_each_layer_on_what_the_blocks_feed_it(make_vit, images
     fidelities = {}
     for propagate in (False, True):
         model = make_vit(depth=3)
-        structinit.initialize(model, "impulse", seed=0, propagate=propagate)
+        structinit.initialize(model, SHARP, seed=0, propagate=propagate)
         with torch.no_grad():
             model.patch_embed.proj.weight.zero_()
             model.patch_embed.proj.bias.zero_()
@@ -279,12 +277,12 @@ def test_rcond_keeps_the_weights_small_on_an_ill_conditioned_table(images):
         return create_model("vit_d6_p4_gap_sincos", num_classes=10, in_chans=3, data_size=32, depth=2, num_heads=12)
 
     learned = small_vit(num_heads=12)
-    structinit.initialize(learned, "impulse", seed=0)
+    structinit.initialize(learned, SHARP, seed=0)
     norms, grads = {}, {}
     for rcond in (1e-5, None):
         model = sincos_vit()
         options = {} if rcond is None else {"rcond": rcond}
-        report = structinit.initialize(model, "impulse", seed=0, **options)
+        report = structinit.initialize(model, SHARP, seed=0, **options)
         assert report.min_fidelity >= 0.979
         norms[rcond] = _first_layer_qk_norm(model)
         model(images).logsumexp(-1).sum().backward()
@@ -301,7 +299,7 @@ def test_rcond_leaves_a_well_conditioned_table_alone(make_vit):
     for rcond in (1e-5, 0.1):
         torch.manual_seed(0)
         model = make_vit(depth=3)
-        structinit.initialize(model, "impulse", seed=0, rcond=rcond)
+        structinit.initialize(model, SHARP, seed=0, rcond=rcond)
         states.append(model.state_dict())
     assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
 
@@ -326,7 +324,7 @@ def test_every_head_reaches_the_target_on_the_papers_256_token_grid():
         model = paper_vit(**kwargs)
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # no "short of target_fidelity" warning
-            report = structinit.initialize(model, "impulse", seed=0)
+            report = structinit.initialize(model, SHARP, seed=0)
         heads = [h.fidelity for layer in report.layers for h in layer.heads]
         assert len(heads) == 16 and min(heads) >= 0.979, (name, heads)
         assert model.patch_embed.grid_size == (16, 16)

@@ -41,7 +41,7 @@ def test_a_method_a_variant_and_options_in_brackets():
     [
         (
             "xavier",
-            "unknown init 'xavier'; choose from box, default, impulse, impulse-neurips, impulse-soft, kaiming, "
+            "unknown init 'xavier'; choose from auto, box, default, impulse, impulse-neurips, impulse-soft, kaiming, "
             "mimetic, qk-norm, random, select, timm",
         ),
         ("impulse[target_fidelity=0.9", "options go in brackets at the end"),
@@ -97,7 +97,7 @@ def test_options_objects_that_do_not_fit_the_call():
 @pytest.mark.parametrize(
     ("values", "error", "message"),
     [
-        (dict(target_fidelity=math.nan), ValueError, r"target_fidelity must be in \(0, 1\), got nan"),
+        (dict(target_fidelity=math.nan), ValueError, r"target_fidelity must be in \(0, 1\) or None, got nan"),
         (dict(refine_steps=2.5), TypeError, "option refine_steps of the impulse init takes an integer, got 2.5"),
         (dict(propagate=1), TypeError, "option propagate of the impulse init takes True or False, got 1"),
         (dict(assignment=3), TypeError, "option assignment of the impulse init takes text, got 3"),
@@ -121,7 +121,7 @@ def test_labels_are_checked_against_the_options_of_any_family():
     listed = str(error.value).split("its options are: ")[1].split(", ")
     assert "target_fidelity" in listed and "unit_bias" in listed and "freeze" in listed  # every family's
     assert "method" not in listed and "what" not in listed  # class attributes, not options
-    with pytest.raises(ValueError, match=r"target_fidelity must be in \(0, 1\), got 2"):
+    with pytest.raises(ValueError, match=r"target_fidelity must be in \(0, 1\) or None, got 2"):
         parse_init("impulse[target_fidelity=2]")
     assert parse_init("impulse[unit_bias=2.0]") == ("impulse", {"unit_bias": 2.0})  # MLP-Mixer's impulse
     assert parse_init("random[freeze=True]") == ("random", {"freeze": True})  # ConvMixer's filters

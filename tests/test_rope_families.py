@@ -92,7 +92,7 @@ def own_maps(model):
 @pytest.mark.parametrize("name", FAMILIES)
 def test_impulse_maps_the_model_computes_peak_at_the_reported_offsets_with_the_reported_mass(name):
     model = FAMILIES[name]()
-    report = structinit.initialize(model, "impulse", seed=0)
+    report = structinit.initialize(model, "impulse[target_fidelity=0.98]", seed=0)
     prefix = family_of(model)[1].num_prefix_tokens
     maps = own_maps(model)
     assert len(maps) == len(report.layers)

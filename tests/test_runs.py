@@ -73,7 +73,7 @@ def test_resume_refuses_settings_that_would_make_another_run(tmp_path, capsys):
     assert main([*args, "--epochs", "2"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--resume cannot change" in err
-    assert "--batch-size 32 (the run has 50)" in err and "--init 'timm' (the run has 'impulse')" in err
+    assert "--batch-size 32 (the run has 50)" in err and "--init 'timm' (the run has 'auto')" in err
     assert "--data" not in err  # the same data is no change
     assert main(["train", "--resume", "--out", str(out), "--epochs", "0"]) == 2
     assert main(["train", "--resume", "--out", str(out), "--quiet"]) == 0  # finished, nothing asked: no-op
@@ -288,11 +288,11 @@ def test_compare_refuses_a_run_whose_init_label_now_resolves_to_other_options(tm
     report["options"].update(target_fidelity=0.3, pos_scale=None)  # what the soft default of 144326c recorded
     del report["options"]["base"]  # an option it did not have yet
     record.write_text(json.dumps(report))
-    with pytest.raises(RunError, match=r"was made with init 'impulse' with target_fidelity=0.3 \(now 0.98\), "
-                       r"pos_scale=None \(now 18.0\): use another --out, or --rerun"):  # fmt: skip
+    with pytest.raises(RunError, match=r"was made with init 'impulse' with target_fidelity=0.3 \(now None\), "
+                       r"base='keep' \(now 'kaiming'\): use another --out, or --rerun"):  # fmt: skip
         compare(base, ["impulse"], [0], [10], tmp_path)
     rows = compare(base, ["impulse"], [0], [10], tmp_path, rerun=True)
-    assert len(rows) == 1 and json.loads(record.read_text())["options"]["target_fidelity"] == 0.98
+    assert len(rows) == 1 and json.loads(record.read_text())["options"]["target_fidelity"] is None
     compare(base, ["impulse"], [0], [10], tmp_path)  # recorded and resolved agree: nothing is refused
 
 

@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .convmixer import FILTER_METHODS
+from .options import ImpulseOptions
 from .registry import METHODS, check_options
 
 # Named settings of a method. `impulse` itself is the paper's text (options.ImpulseOptions' defaults: Q/K
@@ -36,7 +37,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 RENAMED = {"impulse-authors": "impulse-neurips"}
 RENAMED_IN = "0.3.0"
 # What a label of the impulse method meant before RENAMED_IN: these defaults, where it gave no other value.
-IMPULSE_BEFORE = {"target_fidelity": 0.98, "pos_scale": 18.0, "vproj": "mimetic", "base": "keep"}
+IMPULSE_BEFORE = ImpulseOptions.before
 
 # An option of every method's label: the f of the f x f kernel (initialize's kernel_size).
 KERNEL_SIZE = "kernel_size"

@@ -199,6 +199,7 @@ class ImpulseOptions(MethodOptions):
 
     what: ClassVar[str] = "the impulse init"
     method: ClassVar[str | None] = "impulse"
+    before: ClassVar[dict[str, Any]] = {"target_fidelity": 0.98, "pos_scale": 18.0, "vproj": "mimetic", "base": "keep"}
     assignment: str = assignment()
     solver: str = option(
         "closed_form",
@@ -206,9 +207,7 @@ class ImpulseOptions(MethodOptions):
         "paper's softmax-MSE objective; authors: the authors' least-squares solver, for comparison",
         choices=("closed_form", "refine", "authors"),
     )
-    # The defaults are the paper's text (Algorithm 1, the rebuttal): Q and K alone, at the sharpness the
-    # paper's own solve reaches on the model, every other layer at PyTorch's defaults. The NeurIPS code's
-    # bundle (x18, V/proj mimetic, its solver) is the variant `impulse-neurips` (labels.VARIANTS).
+    # The defaults: the paper's text (Q/K alone, PyTorch's base); NeurIPS code's bundle: labels.VARIANTS
     target_fidelity: float | None = target_fidelity(None, "; None: what the paper's solve reaches on the model")
     pseudo_input: str = option(
         "pos_embed",

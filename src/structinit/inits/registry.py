@@ -154,7 +154,8 @@ def options_then_and_now(
     for cls in sorted(option_classes(method), key=lambda c: len(fields(c))):
         if names <= {f.name for f in fields(cls)}:
             now = cls.build(method, {k: v for k, v in given.items() if k != "kernel_size"}).to_dict()
-            then = {**cls().to_dict(), **{k: v for k, v in recorded.items() if k in now}}
+            before = getattr(cls, "before", {})  # a field a run lacks was added when these were the defaults
+            then = {**cls().to_dict(), **before, **{k: v for k, v in recorded.items() if k in now}}
             return then, now
     return None
 

@@ -37,10 +37,7 @@ from .setting import (
     flag as flag,  # studies/results.py takes it from here
 )
 
-INIT_SHORT = (
-    "init label, e.g. impulse, mimetic[base=kaiming], timm, impulse[kernel_size=5] (init --list-options); auto: "
-    "mimetic[base=kaiming] for ViTs (docs/studies/default-rule.md), impulse for MLP-Mixer and ConvMixer"
-)
+INIT_SHORT = "init label, e.g. impulse, timm (init --list-options); auto: mimetic[base=kaiming] on ViTs"
 
 
 @dataclass
