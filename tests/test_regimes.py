@@ -69,8 +69,8 @@ def test_regime_study_smoke_calibrates_on_validation_and_resumes_from_its_ledger
         line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in section.splitlines() if line.startswith("| ")
     }
     assert {*study.main_inits(norm), *study.ablation_inits(norm), *study.SEARCH_INITS} <= set(at_init)  # run or not
-    assert float(at_init["impulse"][1]) >= 0.97 and float(at_init["kaiming"][0]) > 0.95  # solved on the pseudo input
-    qk_alone = at_init["impulse[pos_scale=None,vproj=keep,base=timm]"]
+    assert float(at_init[study.BUNDLE][1]) >= 0.97 and float(at_init["kaiming"][0]) > 0.95  # solved on the pseudo input
+    qk_alone = at_init[study.on_base("impulse[pos_scale=None,vproj=keep]", "timm")]
     assert float(at_init["kaiming"][1]) < 0.01 and float(qk_alone[3]) > 0.5
     fresh = ["--smoke", "--data", f"imagefolder:{data}", "--out", str(tmp_path / "fresh"), "--docs", str(docs)]
     capsys.readouterr()
@@ -249,7 +249,7 @@ def test_the_search_choice_joins_the_comparison_right_after_the_papers_form(monk
     study = load_benchmark("study_regimes")
     assert study.main_inits(7.0)[1 : 1 + len(study.SEARCH_CHOICE)] == study.SEARCH_CHOICE
     monkeypatch.setattr(study, "SEARCH_CHOICE", ["impulse[vproj=keep]"])
-    assert study.main_inits(7.0)[:3] == ["impulse", "impulse[vproj=keep]", study.MIMETIC]
+    assert study.main_inits(7.0)[:3] == [study.BUNDLE, "impulse[vproj=keep]", study.MIMETIC]
 
 
 def test_attention_table_measures_an_init_again_only_when_its_weights_change(tmp_path, monkeypatch):

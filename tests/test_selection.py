@@ -297,7 +297,11 @@ def test_selection_study_smoke_trains_teachers_then_every_student_and_resumes_fr
     assert f", {study.STUDENT_SHOWN}, " in text and study.STUDENT_MODEL[0] not in text  # sizes, not timm's name
     from structinit.training.provenance import device_name
 
-    teacher_row = next(line for line in text.splitlines() if line.startswith("| impulse | impulse | 1 |"))
+    teacher_row = next(
+        line
+        for line in text.splitlines()
+        if line.startswith("| impulse | impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep] | 1 |")
+    )
     assert teacher_row.endswith(f" | {device_name(torch.device('cpu'))} |")  # where its hours were spent
     # on a checkout with the ledger and no student directories, nothing trains again
     import shutil

@@ -30,10 +30,10 @@ def test_smoke_study_runs_every_grid_writes_the_docs_and_resumes(tmp_path, capsy
     assert labels == {
         ("vit-h12", "timm"),
         ("vit-h12", "impulse-neurips[base=keep]"),
-        ("vit-h12", "impulse"),
+        ("vit-h12", "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]"),
         ("vit-h12", "mimetic"),  # the extended grid, in the protocol's grid directory
         ("convmixer", "default"),
-        ("levers-h12", "impulse[target_fidelity=0.9]"),
+        ("levers-h12", "impulse[target_fidelity=0.9,pos_scale=18.0,vproj=mimetic,base=keep]"),
     }
     assert all(r["per_class"] == "8" and r["epochs"] == "1" and 0 <= float(r["top1"]) <= 100 for r in rows)
     assert {r["dataset"] for r in rows} == {"images"}  # imagefolder:PATH is named by its folder
@@ -42,7 +42,10 @@ def test_smoke_study_runs_every_grid_writes_the_docs_and_resumes(tmp_path, capsy
     assert results.count("<!-- tables:begin -->") == 1 and "### vit-h12 (cpu-quick)" in results
     assert "| impulse-neurips[base=keep] | 1 |" in results and (docs / "figures" / "curves-vit-h12.png").exists()
     levers = results[results.index("### levers-h12") :]
-    assert "| impulse[target_fidelity=0.9] | 1 |" in levers and "| timm | 1 |" in levers  # beside the reference
+    assert (
+        "| impulse[target_fidelity=0.9,pos_scale=18.0,vproj=mimetic,base=keep] | 1 |" in levers
+        and "| timm | 1 |" in levers
+    )  # beside the reference
     assert (docs / "figures" / "attention-impulse-init.png").exists()
     assert (docs / "figures" / "attention-impulse-trained.png").exists()
 
@@ -157,8 +160,12 @@ def test_mechanism_conditioning_builds_its_upsampled_vit_as_the_trainer_does(tmp
     name, arch, kwargs, size = mechanism.CONDITIONING_ROWS[-1]
     assert size == 224
     monkeypatch.setattr(mechanism, "CONDITIONING_ROWS", [(name, arch, {**kwargs, "depth": 1}, size)])
-    monkeypatch.setattr(mechanism, "CONDITIONING_INITS", ["timm", "impulse"])
+    monkeypatch.setattr(
+        mechanism,
+        "CONDITIONING_INITS",
+        ["timm", "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]"],
+    )
     assert mechanism.main(["--part", "conditioning", "--data", f"imagefolder:{data}"]) == 0
     rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith(f"| {name} |")]
-    assert [row[1] for row in rows] == ["timm", "impulse"]
+    assert [row[1] for row in rows] == ["timm", "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]"]
     assert float(rows[1][3]) > 0.97  # the sharp form reaches its fidelity on the pseudo input

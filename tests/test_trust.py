@@ -973,7 +973,12 @@ def test_snapshots_a_resume_cannot_keep_are_refused_and_a_file_in_their_place_is
 def test_a_fresh_run_that_cannot_start_leaves_no_directory(tmp_path, capsys):
     out = tmp_path / "a" / "b"
     for kwargs in ("depth=1,num_heads=3", "depth=0"):  # unbuildable; built, but nothing to initialise
-        assert main(["train", *FLAGS[:2], "--model-kwargs", kwargs, "--epochs", "1", "--out", str(out)]) == 2
+        assert (
+            main(
+                ["train", *FLAGS[:2], "--model-kwargs", kwargs, "--init", "impulse", "--epochs", "1", "--out", str(out)]
+            )
+            == 2
+        )
         capsys.readouterr()
         assert not (tmp_path / "a").exists()
     assert main(["train", *FLAGS[:2], "--model-kwargs", "depth=1,num_heads=3", "--out", str(out)]) == 2
