@@ -48,6 +48,7 @@ from structinit.adapters import get_adapter
 from structinit.data.batches import normalise_for, normalised_test_images
 from structinit.data.datasets import load_data
 from structinit.fidelity import attention_entropy, layer_inputs
+from structinit.inits.labels import BUNDLE
 from structinit.inspection.rank import feature_ranks
 from structinit.offsets import offset_mass
 from structinit.studies.ledger import write_generated_section
@@ -62,7 +63,7 @@ INITS = [
     "impulse-neurips[base=keep]",
     "impulse[target_fidelity=0.7,pos_scale=18.0,vproj=mimetic,base=keep]",
     "impulse[target_fidelity=0.9,pos_scale=18.0,vproj=mimetic,base=keep]",
-    "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
+    BUNDLE,
     "impulse-soft",
     "impulse[target_fidelity=0.995,pos_scale=18.0,vproj=mimetic,base=keep]",
 ]
@@ -74,7 +75,7 @@ PARTS = {
         [
             "timm",
             "mimetic",
-            "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
+            BUNDLE,
             "impulse[blind_to_content=False,target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
             "impulse[target_fidelity=0.9,pos_scale=18.0,vproj=mimetic,base=keep]",
         ],
@@ -82,7 +83,7 @@ PARTS = {
 }
 LAYER_ROWS = [{"num_heads": 12}, {"num_heads": 3}, {"embed_dim": 128, "depth": 8, "num_heads": 16}]
 LAYER_INITS = [
-    "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
+    BUNDLE,
     "impulse[propagate=True,target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
     "impulse[propagate=True,blind_to_content=False,target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
 ]
@@ -98,7 +99,7 @@ CONDITIONING_INITS = [
     "mimetic",
     "impulse[rcond=1e-05,target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
     "impulse[rcond=0.03,target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
-    "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
+    BUNDLE,
     "impulse[rcond=0.3,target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
 ]
 
@@ -245,11 +246,7 @@ def training_part(runs: Path, docs: Path, held_out: int = 26) -> None:
             datasets[key] = load_data(config.data, per_class=config.per_class, val_per_class=held_out)
         data = datasets[key]
         model, _ = model_of(config, data)  # the architecture; the weights come from the snapshots
-        offsets = (
-            assigned_offsets(run)
-            if "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]" in config.init
-            else None
-        )
+        offsets = assigned_offsets(run) if BUNDLE in config.init else None
         images = normalise_for(model, data.val_images[:256])
         name = f"{run.parent.parent.name} {config.init}"  # the label from the record: folders are not labels
         snapshots = sorted(folder.glob("epoch_*.pt"))

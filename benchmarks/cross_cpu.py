@@ -28,12 +28,13 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from structinit.inits.labels import BUNDLE
 from structinit.training.provenance import device_name
 
 # (model, --model-kwargs, init label, seed): what `structinit init` writes for each is pinned
 CASES = [
     ("vit_digits", "", "impulse", 3),
-    ("vit_digits", "", "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]", 3),
+    ("vit_digits", "", BUNDLE, 3),
     ("vit_digits", "", "impulse-soft", 3),
     ("vit_digits", "", "impulse-neurips", 3),
     ("vit_digits", "", "mimetic", 3),

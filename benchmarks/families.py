@@ -130,9 +130,10 @@ def main(argv: list[str] | None = None) -> int:
         ]
         print(f"[{', '.join(families)}] {len(configs)} runs, {args.jobs} at a time", flush=True)
         run_configs(configs, root=out, **pool)
-    for name, (model, kwargs) in families.items() if args.part != "new-converge" else ():
-        print(f"[{name}] {model}: {', '.join(inits)}", flush=True)
-        run_family(name, model, kwargs, args.data, out, args.smoke, inits, pool)
+    else:
+        for name, (model, kwargs) in families.items():
+            print(f"[{name}] {model}: {', '.join(inits)}", flush=True)
+            run_family(name, model, kwargs, args.data, out, args.smoke, inits, pool)
     write_docs(out, docs, families, section)
     print(f"done: {docs / 'families.md'}")
     return 0

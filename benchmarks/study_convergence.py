@@ -47,6 +47,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from structinit.inits.labels import BUNDLE
 from structinit.studies.grid import run_configs, run_dir
 from structinit.studies.ledger import is_recorded, ledger_and_runs, read_ledger, write_generated_section, write_ledger
 from structinit.studies.tables import results_markdown
@@ -64,12 +65,7 @@ RECIPES: dict[str, dict[str, Any]] = {
     "small-data": {"preset": "small-data", "lr": 1e-3, "warmup": 1 / 6},
 }
 # impulse: the paper's form; impulse-authors ran on timm's base (base=keep), before it took the authors'
-BASELINES = [
-    "timm",
-    "mimetic",
-    "impulse-neurips[base=keep]",
-    "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
-]
+BASELINES = ["timm", "mimetic", "impulse-neurips[base=keep]", BUNDLE]
 SEEDS = [0, 1, 2]
 SNAPSHOTS = [0, 1, 2, 5, 10, 20, 40, 70, 100]  # epochs of seed 0's weights kept for the mechanism (200/class)
 
@@ -132,38 +128,17 @@ LEVERS = [Grid(recipe, 6, 200, [*BASELINES, *LEVER_INITS], [0], val=True) for re
 CHOSEN = ["impulse[target_fidelity=0.3,pos_scale=None,vproj=keep,base=keep]"]
 PROTOCOL = [
     *(Grid(recipe, heads, 200, [*BASELINES, *CHOSEN, *CONTROL], SEEDS) for heads in (6, 2) for recipe in RECIPES),
-    *(
-        Grid(
-            recipe,
-            6,
-            500,
-            ["timm", "mimetic", "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]", *CHOSEN],
-            SEEDS,
-        )
-        for recipe in RECIPES
-    ),
+    *(Grid(recipe, 6, 500, ["timm", "mimetic", BUNDLE, *CHOSEN], SEEDS) for recipe in RECIPES),
 ]
 EXTENDED = [
     *(Grid(recipe, 6, 100, [*BASELINES, *CHOSEN], SEEDS) for recipe in RECIPES),
-    *(
-        Grid(
-            recipe,
-            2,
-            500,
-            ["timm", "mimetic", "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]", *CHOSEN],
-            SEEDS,
-        )
-        for recipe in RECIPES
-    ),
+    *(Grid(recipe, 2, 500, ["timm", "mimetic", BUNDLE, *CHOSEN], SEEDS) for recipe in RECIPES),
 ]
 # one epoch, tiny subsets and a 1-block model: the pipeline, not the numbers
 SMOKE_LEVERS = [
     Grid("light", 6, 8, ["timm", "impulse[target_fidelity=0.7,pos_scale=18.0,vproj=mimetic,base=keep]"], [0], val=True)
 ]
-SMOKE_PROTOCOL = [
-    Grid(recipe, 6, 8, ["timm", "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]"], [0])
-    for recipe in RECIPES
-]
+SMOKE_PROTOCOL = [Grid(recipe, 6, 8, ["timm", BUNDLE], [0]) for recipe in RECIPES]
 
 
 def config(grid: Grid, init: str, seed: int, data: str, out: Path, smoke: bool) -> TrainConfig:
@@ -328,7 +303,7 @@ def acceptance(rows: list[dict[str, Any]], grids: list[Grid]) -> str:
         goal = GAIN_AT_SMALL if small else 0.0
         timm = statistics.mean(r["top1"] for r in runs["timm"])
         mimetic = statistics.mean(r["top1"] for r in runs["mimetic"]) if "mimetic" in runs else float("nan")
-        for init in ["impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]", *CHOSEN, *CONTROL]:
+        for init in [BUNDLE, *CHOSEN, *CONTROL]:
             if init not in runs:
                 continue
             top1 = [r["top1"] for r in runs[init]]
@@ -365,14 +340,11 @@ def decision(rows: list[dict[str, Any]], grids: list[Grid]) -> str:
     lines, missing, pairs = [], 0, []
     gaps: dict[str, list[tuple[str, float]]] = {
         "timm": [],
-        "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]": [],
+        BUNDLE: [],
     }  # (cell, chosen minus other)
     for g in cells:
         runs = by_init(r for r in rows if r["grid"] == g.name and r["per_class"] == g.per_class)
-        missing += sum(
-            len(g.seeds) - len(runs.get(init, []))
-            for init in ("timm", "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]", chosen)
-        )
+        missing += sum(len(g.seeds) - len(runs.get(init, [])) for init in ("timm", BUNDLE, chosen))
         if chosen not in runs:
             continue
         mean = statistics.mean(r["top1"] for r in runs[chosen])
@@ -388,24 +360,16 @@ def decision(rows: list[dict[str, Any]], grids: list[Grid]) -> str:
     pending = f" (pending: {missing} more run{'s' * (missing != 1)})" if missing else ""
     failed = {  # at least timm's; strictly above the default's
         "timm": [cell for cell, gap in gaps["timm"] if gap < 0],
-        "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]": [
-            cell
-            for cell, gap in gaps["impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]"]
-            if gap <= 0
-        ],
+        BUNDLE: [cell for cell, gap in gaps[BUNDLE] if gap <= 0],
     }
     for other, name, goal in (
         ("timm", "timm", "At least timm's in every cell"),
-        (
-            "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
-            "the paper's form (impulse)",
-            "Above it in every cell",
-        ),
+        (BUNDLE, "the paper's form (impulse)", "Above it in every cell"),
     ):
         verdict = f"no ({', '.join(failed[other])})" if failed[other] else "yes"
         listed = "; ".join(f"{cell} {gap:+.2f}" for cell, gap in gaps[other])
         lines.append(f"- The chosen setting minus {name}, per cell: {listed}. {goal}: {verdict}.")
-    wins = not failed["timm"] and not failed["impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]"]
+    wins = not failed["timm"] and not failed[BUNDLE]
     so_far = " so far" if missing else ""
     lines.append(f"- **The chosen setting becomes the default: {'yes' if wins else 'no'}{so_far}**{pending}.")
     if len(pairs) > 1:

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from structinit.inits.labels import BUNDLE
 from structinit.studies.grid import run_configs, run_dir
 from structinit.studies.ledger import is_recorded, ledger_and_runs, read_ledger, write_generated_section, write_ledger
 from structinit.studies.tables import results_markdown
@@ -44,7 +45,7 @@ STUDENT_SHOWN = "ViT w192 d6, patch 4 at 32 px"  # the tables' name for it: timm
 TEACHERS = {
     "timm": "timm",
     # named by its label before structinit 0.3, when `impulse` was this bundle
-    "impulse": "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
+    "impulse": BUNDLE,
 }  # teacher name -> its init
 # student init -> (label, teacher): the baselines, selection (official and head-aware), selection with the
 # impulse Q/K on top, and selection from the impulse-initialised teacher
@@ -52,7 +53,7 @@ STUDENT_INITS: dict[str, tuple[str, str | None]] = {
     "timm": ("timm", None),
     "kaiming": ("kaiming", None),  # PyTorch's defaults: the authors' baseline (docs/studies/regimes.md)
     "mimetic": ("mimetic", None),
-    "impulse": ("impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]", None),
+    "impulse": (BUNDLE, None),
     "select": ("select", "timm"),
     "select-heads": ("select[rule=heads]", "timm"),
     "select+impulse-qk": ("select[qk=impulse]", "timm"),

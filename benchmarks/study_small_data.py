@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from structinit.inits.labels import BUNDLE
 from structinit.studies.grid import compare, run_dir
 from structinit.studies.ledger import (
     LedgerKey,
@@ -51,22 +52,9 @@ from structinit.training import TrainConfig
 ROOT = Path(__file__).resolve().parent.parent
 # optimiser steps are what a CPU budget buys: ~300 at batch 128 for each subset size
 EPOCHS = {100: 40, 200: 20, 500: 8}
-INITS = [
-    "timm",
-    "kaiming",
-    "mimetic",
-    "impulse-neurips[base=keep]",
-    "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
-    "impulse-soft",
-]
+INITS = ["timm", "kaiming", "mimetic", "impulse-neurips[base=keep]", BUNDLE, "impulse-soft"]
 # kaiming: 200 per class only
-INITS_BY_SIZE = [
-    "timm",
-    "mimetic",
-    "impulse-neurips[base=keep]",
-    "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
-    "impulse-soft",
-]
+INITS_BY_SIZE = ["timm", "mimetic", "impulse-neurips[base=keep]", BUNDLE, "impulse-soft"]
 LEDGER = "results-runs.jsonl"
 PAGE = Path("studies") / "small-data.md"  # the study's page, under --docs
 SEEDS = [0, 1, 2]
@@ -138,7 +126,7 @@ LEVERS = [
         "vit_d6_p4",
         H12,
         200,
-        ["timm", "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]"],
+        ["timm", BUNDLE],
         [0],
         {"lr": 2e-3},
     ),
@@ -147,7 +135,7 @@ LEVERS = [
         "vit_d6_p4",
         H12,
         200,
-        ["timm", "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]"],
+        ["timm", BUNDLE],
         [0],
         {"warmup_epochs": 8},
     ),
@@ -157,12 +145,7 @@ LEVERS = [
         "vit_d6_p4_gap_sincos",
         H12,
         200,
-        [
-            "timm",
-            "mimetic",
-            "impulse-neurips[base=keep]",
-            "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
-        ],
+        ["timm", "mimetic", "impulse-neurips[base=keep]", BUNDLE],
         SEEDS,
     ),
     # ... whose layer-normalised table has rank 15 and singular values down to 7e-4 of the largest:
@@ -198,7 +181,7 @@ LEVERS = [
         "vit_d6_p4",
         H12,
         200,
-        ["timm", "mimetic", "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]"],
+        ["timm", "mimetic", BUNDLE],
         [0],
         {"epochs": 60},
     ),
@@ -209,7 +192,7 @@ SMOKE_PROTOCOL = [
         "vit_d6_p4",
         {**H12, "depth": 2},
         8,
-        ["timm", "impulse-neurips[base=keep]", "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]"],
+        ["timm", "impulse-neurips[base=keep]", BUNDLE],
         [0],
     ),
     Grid("convmixer", "convmixer_d6_p4", {"depth": 2}, 8, ["default"], [0]),
@@ -357,11 +340,7 @@ def attention_figures(out: Path, figures: Path, per_class: int) -> None:
     """Attention maps at init and after training: seed 0, 12 heads, the first grid's subset size."""
     from structinit.inspection.attention import attention_figure
 
-    for init in (
-        "impulse-soft",
-        "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
-        "impulse-neurips[base=keep]",
-    ):
+    for init in ("impulse-soft", BUNDLE, "impulse-neurips[base=keep]"):
         run = run_dir(out / "vit-h12", per_class, init, 0)
         if (run / "summary.json").exists():
             for at_init, state in ((True, "init"), (False, "trained")):

@@ -10,9 +10,11 @@ import timm
 import torch
 from PIL import Image
 
+from structinit.inits.labels import BUNDLE
+
 # `impulse` as it was before 0.3 (labels.label_before): sharp maps, x18, mimetic V/proj on the model's own
 # weights; the tests of the solve's mechanics use it, test_bundle the paper's text that `impulse` is now
-SHARP = "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]"
+SHARP = BUNDLE
 
 
 def pytest_configure(config):

@@ -16,15 +16,13 @@ from structinit.cli import main
 from structinit.data.datasets import load_data
 from structinit.data.subsets import stratified_split, stratified_subset
 from structinit.fidelity import mean_attention
+from structinit.inits.labels import BUNDLE
 from structinit.studies.grid import run_dir
 from structinit.studies.results import epochs_to_reach, time_to_accuracy
 from structinit.studies.tables import results_markdown
 from structinit.training import TrainConfig, train
 
 FAST = dict(data="digits", per_class=20, model="vit_digits", model_kwargs={"depth": 1}, batch_size=50, quiet=True)
-
-# `impulse` before 0.3, as study_convergence.py names its runs
-BUNDLE = "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]"
 
 
 # --- the validation split ----------------------------------------------------------------------
@@ -198,13 +196,7 @@ def test_scale_content_gives_the_grown_embeddings_first_layer_maps_on_images_fro
     plain = make_vit()
     structinit.initialize(plain, "timm", seed=0)
     before = plain.patch_embed.proj.weight.clone()
-    structinit.initialize(
-        plain,
-        BUNDLE,
-        seed=0,
-        scale="content",
-        pos_scale=None,
-    )
+    structinit.initialize(plain, BUNDLE, seed=0, scale="content", pos_scale=None)
     assert torch.equal(plain.patch_embed.proj.weight, before)
 
 
@@ -257,13 +249,7 @@ def test_acceptance_checks_the_issue_goals_on_seed_means_and_says_pending_until_
             "light",
             6,
             200,
-            [
-                "timm",
-                "mimetic",
-                BUNDLE,
-                chosen,
-                *study.CONTROL,
-            ],
+            ["timm", "mimetic", BUNDLE, chosen, *study.CONTROL],
             [0, 1],
         ),
         study.Grid(

@@ -10,6 +10,7 @@ import torchvision
 from timm.models.mlp_mixer import Affine, MlpMixer, ResBlock
 
 import structinit
+from conftest import SHARP
 from structinit.adapters.mixer import MixerAdapter
 from structinit.adapters.swin import SwinAdapter
 from structinit.models import create_model
@@ -222,10 +223,8 @@ def test_vit_families_reach_the_target_deterministically_and_train(name, images)
     first, second = build(), build()
     second.load_state_dict(first.state_dict())
     before = snapshot(first)
-    report = structinit.initialize(
-        first, "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]", seed=0
-    )
-    structinit.initialize(second, "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]", seed=0)
+    report = structinit.initialize(first, SHARP, seed=0)
+    structinit.initialize(second, SHARP, seed=0)
     assert report.min_fidelity > 0.97, str(report)
     assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), second.state_dict().values()))
     assert changed(before, first) == {n for n in before if n.endswith(written)}
@@ -236,7 +235,7 @@ def test_vit_families_reach_the_target_deterministically_and_train(name, images)
 
 def test_torchvision_attention_maps_are_those_of_its_multihead_attention(images):
     model = small_torchvision_vit()
-    structinit.initialize(model, "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]", seed=0)
+    structinit.initialize(model, SHARP, seed=0)
     from structinit.adapters import get_adapter
 
     adapter = get_adapter(model)
@@ -263,9 +262,7 @@ def test_hugging_face_vit_when_installed(images):
     config._attn_implementation = "eager"  # so that the model can return its attention maps
     model = transformers.ViTForImageClassification(config)
     before = snapshot(model)
-    report = structinit.initialize(
-        model, "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]", seed=0
-    )
+    report = structinit.initialize(model, SHARP, seed=0)
     assert report.min_fidelity > 0.97, str(report)
     # the class token and position embeddings are redrawn from the seed (what the solve reads repeats)
     written = ("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight", "position_embeddings", "cls_token")

@@ -11,15 +11,13 @@ import pytest
 import torch
 
 from structinit.cli import main
+from structinit.inits.labels import BUNDLE
 from structinit.inspection import attention, rank
 from structinit.report import HeadReport, LayerReport, Report
 from structinit.studies import plots
 from structinit.studies.tables import results_markdown
 
 LEDGER = Path(__file__).parent.parent / "docs" / "results-runs.jsonl"
-
-# `impulse` before 0.3, as the ledger names it
-BUNDLE = "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]"
 
 
 def row(init, seed, top1, images=360, **extra):

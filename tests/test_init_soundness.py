@@ -14,6 +14,7 @@ from torch import nn
 from torchvision.models.vision_transformer import VisionTransformer
 
 import structinit
+from conftest import SHARP
 from structinit.models import create_model
 from structinit.offsets import offset_mass
 from structinit.report import best_offsets
@@ -51,9 +52,7 @@ def maps_on_a_blank_image(model):
 
 
 @pytest.mark.parametrize("family", POST_NORM)
-@pytest.mark.parametrize(
-    "init", ["impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]", "impulse-soft"]
-)
+@pytest.mark.parametrize("init", [SHARP, "impulse-soft"])
 def test_a_post_norm_models_report_is_what_its_attention_does(family, init):
     """A post-norm block's attention reads the block's input unnormalised (norm1 follows it), and
     block i > 0 reads block i - 1's output: the init solved block 0 on norm1 of the tokens and every
@@ -141,30 +140,15 @@ REFUSALS = {
         dict,
         "this model has none",
     ),
-    "impulse without a position embedding": (
-        lambda: vit(pos_embed="none"),
-        "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
-        dict,
-        "this model has none",
-    ),
-    "impulse at depth 0": (
-        lambda: vit(depth=0),
-        "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
-        dict,
-        r"no attention layers \(depth 0\)",
-    ),
+    "impulse without a position embedding": (lambda: vit(pos_embed="none"), SHARP, dict, "this model has none"),
+    "impulse at depth 0": (lambda: vit(depth=0), SHARP, dict, r"no attention layers \(depth 0\)"),
     "impulse[scale=content] with a norm after the patch projection": (
         lambda: vit(embed_norm_layer="layernorm"),
         "impulse[scale=content,target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
         dict,
         "scale=content divides",
     ),
-    "impulse with q/k norms that have no weight": (
-        non_affine_qk_norms,
-        "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
-        dict,
-        "needs affine q/k norms",
-    ),
+    "impulse with q/k norms that have no weight": (non_affine_qk_norms, SHARP, dict, "needs affine q/k norms"),
     "qk-norm[pos_scale=18] on a model with q/k norms": (
         lambda: vit(qk_norm=True),
         "qk-norm[pos_scale=18.0]",
@@ -240,7 +224,7 @@ def test_a_parallel_block_is_refused_by_its_name(name, block, capsys):
 
     model = timm.create_model(name, img_size=32, patch_size=4, depth=2)
     with pytest.raises(TypeError, match=rf"block 0 of this VisionTransformer \({block}\) has no `attn` module"):
-        structinit.initialize(model, "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]", seed=0)
+        structinit.initialize(model, SHARP, seed=0)
     assert main(["init", name, "--model-kwargs", "img_size=32,patch_size=4,depth=2", "--init", "mimetic"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"({block}) has no `attn` module" in err and "NoneType" not in err, err
@@ -263,11 +247,7 @@ FROZEN = {
 @pytest.mark.parametrize("family", FROZEN)
 @pytest.mark.parametrize(
     "init",
-    [
-        "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",
-        "impulse[base=kaiming,target_fidelity=0.98,pos_scale=18.0,vproj=mimetic]",
-        "qk-norm[pos_scale=18.0]",
-    ],
+    [SHARP, "impulse[base=kaiming,target_fidelity=0.98,pos_scale=18.0,vproj=mimetic]", "qk-norm[pos_scale=18.0]"],
 )
 def test_a_frozen_model_gets_the_init_of_an_unfrozen_one(family, init):
     """With model.requires_grad_(False) the init took the learned position embedding for a fixed table

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from conftest import load_benchmark, make_imagefolder
+from conftest import SHARP, load_benchmark, make_imagefolder
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def test_smoke_study_runs_every_grid_writes_the_docs_and_resumes(tmp_path, capsy
     assert labels == {
         ("vit-h12", "timm"),
         ("vit-h12", "impulse-neurips[base=keep]"),
-        ("vit-h12", "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]"),
+        ("vit-h12", SHARP),
         ("vit-h12", "mimetic"),  # the extended grid, in the protocol's grid directory
         ("convmixer", "default"),
         ("levers-h12", "impulse[target_fidelity=0.9,pos_scale=18.0,vproj=mimetic,base=keep]"),
@@ -163,9 +163,9 @@ def test_mechanism_conditioning_builds_its_upsampled_vit_as_the_trainer_does(tmp
     monkeypatch.setattr(
         mechanism,
         "CONDITIONING_INITS",
-        ["timm", "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]"],
+        ["timm", SHARP],
     )
     assert mechanism.main(["--part", "conditioning", "--data", f"imagefolder:{data}"]) == 0
     rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith(f"| {name} |")]
-    assert [row[1] for row in rows] == ["timm", "impulse[target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]"]
+    assert [row[1] for row in rows] == ["timm", SHARP]
     assert float(rows[1][3]) > 0.97  # the sharp form reaches its fidelity on the pseudo input

@@ -40,11 +40,11 @@ def initialize(
 
     Vision transformers: "timm", "kaiming", "mimetic", "impulse", "qk-norm" (the control: the impulse
     bundle without its structure), "auto" (the trainer's default: registry.default_label); see each
-    `init_*` function for its
-    options. A named setting of a method (options.VARIANTS: "impulse-soft", the soft maps chosen at 64
-    tokens, and "impulse-authors") is taken too, and so is a label with options in brackets as the CLI
-    takes it ("impulse[vproj=keep,base=kaiming]"); keywords override the setting's or the label's
-    options. `kernel_size` (default 3) is the f of the f x f kernel: the impulse offsets, and the
+    `init_*` function for its options. A named setting of a method (labels.VARIANTS: "impulse-neurips",
+    the NeurIPS code's bundle, and "impulse-soft", the soft maps chosen at 64 tokens) is taken too, and
+    so is a label with options in brackets as the CLI takes it ("impulse[vproj=keep,base=kaiming]");
+    keywords override the setting's or the label's options.
+    `kernel_size` (default 3) is the f of the f x f kernel: the impulse offsets, and the
     offsets against which every method's attention maps are measured in the report.
     Swin v1 and the other relative-position families (BEiT, vit_relpos, Swin v2, torchvision's and Hugging
     Face's Swin): "timm", "kaiming", "mimetic", "impulse" (through the relative-position bias,

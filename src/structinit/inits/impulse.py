@@ -10,9 +10,9 @@ import warnings
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
 from ..adapters import AttentionLayer, ModelAdapter
+from ..adapters.base import timm_embeddings_
 from ..offsets import Offset, assign_offsets, offset_mass, target_indices
 from ..report import HeadReport, LayerReport
 from .options import ImpulseOptions, QKNormOptions
@@ -43,9 +43,8 @@ def init_impulse(
     if o.target_fidelity is None and o.solver != "authors":  # the authors' solver has no target
         patches = tokens[adapter.num_prefix_tokens :]
         if adapter.learned_position() is not None:  # a draw of its shape: the solve reads the shape, not the draw
-            patches = nn.init.trunc_normal_(
-                torch.empty(patches.shape), std=0.02, generator=torch.Generator().manual_seed(0)
-            )
+            patches = torch.empty(patches.shape)
+            timm_embeddings_(patches, [], torch.Generator().manual_seed(0))
         patches = layers[0].norm(patches.to(tokens.dtype).unsqueeze(0))[0]
         sharpness = paper_sharpness(patches, adapter.grid, layers[0].num_heads, kernel_size)
         o = dataclasses.replace(o, target_fidelity=sharpness)

@@ -170,3 +170,8 @@ def with_options(label: str, options: dict[str, Any]) -> str:
     merged = {**(parse_assignments(rest[:-1], f"init label {label!r}") if bracket else {}), **options}
     text = ",".join(f"{k}={v if isinstance(v, str) else repr(v)}" for k, v in merged.items())
     return f"{name}[{text}]"
+
+
+# `impulse` as structinit wrote it before RENAMED_IN: the bundle (sharp maps, x18, V/proj mimetic on the
+# model's own weights), a label of options now; the studies' ledgers name its runs so
+BUNDLE = label_before("impulse")
