@@ -20,6 +20,7 @@ from .convmixer import FILTER_METHODS, init_filters
 from .labels import AUTO, VARIANTS, read_label
 from .options import FilterOptions, MethodOptions
 from .registry import default_label, family_of
+from .sharpness import SOLVE_DEVICE
 from .threads import one_torch_thread
 
 MAX_SEED = 2**32 - 1  # numpy's largest seed: build_model and the trainer seed numpy with it too
@@ -117,11 +118,14 @@ def _on_cpu(model: nn.Module):
         return
     if len(devices) > 1:
         raise ValueError(f"the model is spread over {sorted(map(str, devices))}: initialise it on one device")
+    device = devices.pop()
     model.cpu()
+    token = SOLVE_DEVICE.set(device if device.type == "cuda" else torch.device("cpu"))  # the paper's solve there
     try:
         yield
     finally:
-        model.to(devices.pop())
+        SOLVE_DEVICE.reset(token)
+        model.to(device)
 
 
 def _initialize(

@@ -16,7 +16,7 @@ from ..adapters.base import timm_embeddings_
 from ..offsets import Offset, assign_offsets, offset_mass, target_indices
 from ..report import HeadReport, LayerReport
 from .options import ImpulseOptions, QKNormOptions
-from .paper_solve import paper_sharpness
+from .sharpness import paper_sharpness
 from .solvers import PseudoInput, authors_closed_form, closed_form, gain_for_fidelity, refine
 from .weights import write_heads, write_value_proj, z_sampler
 
@@ -35,7 +35,7 @@ def init_impulse(
     write them (and V/proj) and measure the maps. Post-norm blocks are solved on what their attention
     reads, the previous block's output (as with `propagate`). The options are `ImpulseOptions`'
     (each with its help); the reasons and measured numbers are in docs/methods.md. No target_fidelity:
-    the mass the paper's own solve reaches on layer 0's pseudo input (paper_solve.py), in `source`."""
+    the mass the paper's own solve reaches on layer 0's pseudo input (sharpness.py), in `source`."""
     o = options
     layers = adapter.layers()
     _scale_position(adapter, o.pos_scale, o.scale)
@@ -46,10 +46,10 @@ def init_impulse(
             patches = torch.empty(patches.shape)
             timm_embeddings_(patches, [], torch.Generator().manual_seed(0))
         patches = layers[0].norm(patches.to(tokens.dtype).unsqueeze(0))[0]
-        sharpness = paper_sharpness(patches, adapter.grid, layers[0].num_heads, kernel_size)
+        sharpness, found = paper_sharpness(patches, adapter.grid, layers[0].num_heads, kernel_size)
         o = dataclasses.replace(o, target_fidelity=sharpness)
         if source is not None:
-            source["target_fidelity"] = f"{sharpness} (what the paper's solve reaches here)"
+            source["target_fidelity"] = f"{sharpness} (what the paper's solve reaches here; {found})"
     post_norm = adapter.post_norm  # a post-norm attention reads the previous block's output as it is
     content = content_basis(adapter, centred=not post_norm) if o.blind_to_content else None
     sample = z_sampler("uniform", generator)

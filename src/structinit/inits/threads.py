@@ -28,6 +28,19 @@ def one_torch_thread():
         _WORKERS.reset(token)
 
 
+@contextlib.contextmanager
+def all_torch_threads():
+    """Inside one_torch_thread, one long computation that does not write weights (the paper's solve) on
+    every thread torch had before; yields their number."""
+    threads = _WORKERS.get() or torch.get_num_threads()
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield threads
+    finally:
+        torch.set_num_threads(before)
+
+
 def parallel_map(function: Callable[[Any], Any], items: list[Any]) -> list[Any]:
     """`function` over `items` in a pool of threads, each op inside on one torch thread.
 
