@@ -35,7 +35,7 @@ LEDGER = ROOT / "docs" / "solve-grid.jsonl"
 PAGE = ROOT / "docs" / "bench_solve.md"
 SIDES = (4, 8, 14, 16, 24, 32, 48)  # tokens 16 ... 2,304
 WIDTHS = (64, 192, 384, 768, 1024)
-VIT_PRESETS = [name for name, (arch, _) in PRESETS.items() if arch == "vit_tiny_patch16_224" or "vit_" in str(arch)]
+VIT_PRESETS = [name for name, (arch, _) in PRESETS.items() if str(arch).startswith("vit_")]
 README_MODEL = ("vit_tiny_patch16_224", dict(img_size=32, patch_size=4))
 
 
@@ -61,12 +61,13 @@ def table_shapes() -> list[dict]:
             try:
                 with torch.device("meta"):
                     model = timm.create_model(name)
-            except Exception:  # noqa: BLE001 (a model timm cannot build without its extras)
+            except Exception:  # a model timm cannot build without its extras
                 continue
             _add(found, name, model)
         for name in VIT_PRESETS:
-            _add(found, name, create_model(name)[0])
-        _add(found, "README: vit_tiny_patch16_224 at 32 px, patch 4", timm.create_model(README_MODEL[0], **README_MODEL[1]))
+            _add(found, name, create_model(name, num_classes=10, in_chans=3, data_size=None))
+        readme = timm.create_model(README_MODEL[0], **README_MODEL[1])
+        _add(found, "README: vit_tiny_patch16_224 at 32 px, patch 4", readme)
     return list(found.values())
 
 
@@ -102,7 +103,8 @@ def gflop(shape: dict) -> float:
 def solve(shape: dict, device: str) -> dict:
     pseudo = sharpness.standard_pseudo(shape["kind"], tuple(shape["grid"]), shape["width"], shape["eps"])
     start = time.perf_counter()
-    out = paper_solve(pseudo, tuple(shape["grid"]), shape["heads"], shape["kernel"], device=device, stop_saturated=False)
+    grid = tuple(shape["grid"])
+    out = paper_solve(pseudo, grid, shape["heads"], shape["kernel"], device=device, stop_saturated=False)
     if device.startswith("cuda"):
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
@@ -132,7 +134,8 @@ def _cpu() -> str:
 
 def _commit() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        git = ["git", "rev-parse", "--short", "HEAD"]
+        return subprocess.run(git, cwd=ROOT, capture_output=True, text=True).stdout.strip()
     except OSError:
         return ""
 
@@ -141,20 +144,23 @@ def read_ledger(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
-def run(part: str, ledger: Path, device: str, max_gflop: float, smoke: bool) -> None:
+def run(part: str, ledger: Path, device: str, max_gflop: float, smoke: bool, only: list[str]) -> None:
     done = {(row["part"], *_key(row)) for row in read_ledger(ledger)}
     shapes = grid_shapes() if part == "grid" else table_shapes()
+    if only:
+        shapes = [s for s in shapes if set(only) & set(s.get("models", ()))]
     if smoke:
         shapes = [s for s in shapes if s["grid"] == [4, 4] and s["width"] == 64][:2]
     todo = sorted((s for s in shapes if (part, *_key(s)) not in done), key=gflop)
     skipped = [s for s in todo if gflop(s) > max_gflop]
     todo = [s for s in todo if gflop(s) <= max_gflop]
-    print(f"{part}: {len(shapes)} shapes, {len(done)} in the ledger, {len(todo)} to solve, {len(skipped)} over --max-gflop")
+    print(f"{part}: {len(shapes)} shapes, {len(done)} solved, {len(todo)} to solve, {len(skipped)} over --max-gflop")
     for shape in todo:
         row = {"part": part, **solve(shape, device)}
         with ledger.open("a") as f:
             f.write(json.dumps(row) + "\n")
-        print(f"{_key(shape)}: full {row['mass']} fast {row['fast']} ({row['fast_steps']} steps) {row['seconds']} s", flush=True)
+        fast = f"fast {row['fast']} ({row['fast_steps']} steps)"
+        print(f"{_key(shape)}: full {row['mass']} {fast} {row['seconds']} s", flush=True)
 
 
 def write_table(ledger: Path) -> None:
@@ -174,13 +180,14 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--max-gflop", type=float, default=float("inf"), help="leave larger shapes (for a GPU)")
+    parser.add_argument("--only", default="", help="the table's shapes of these models (comma-separated) alone")
     parser.add_argument("--smoke", action="store_true", help="two tiny shapes (CI)")
     parser.add_argument("--write", action="store_true", help="write the package table and docs/bench_solve.md")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.part:
-        run(args.part, args.ledger, args.device, args.max_gflop, args.smoke)
+        run(args.part, args.ledger, args.device, args.max_gflop, args.smoke, [n for n in args.only.split(",") if n])
     if args.write:
         write_table(args.ledger)
 

@@ -15,6 +15,7 @@ from typing import Any
 from .errors import RunError, first_line
 from .files import atomic_write_text, regular_file
 
+
 def read_kept(path: Path, limit: int) -> tuple[Any, str | None]:
     """(the JSON value at `path`, None); (None, None) where there is no file; (None, why) where the file
     is not one the cache could have written."""
@@ -55,4 +56,3 @@ def keep(path: Path, value: Any) -> str | None:
 def _no_block(path: str, flags: int) -> int:
     """open()'s opener: a FIFO put in place after the stat does not block the reader."""
     return os.open(path, flags | getattr(os, "O_NONBLOCK", 0))
-

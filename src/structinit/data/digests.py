@@ -13,12 +13,14 @@ import os
 import time
 from pathlib import Path
 
+from ..cachefiles import read_kept
 from ..errors import RunError
 from ..files import atomic_write_text, regular_file, remove_temporaries
 
 # a file changed within the clock's tick of its digest being taken may keep its ctime: such a digest is
 # taken again next time rather than kept
 RECENT_NS = 2_000_000_000
+KEPT_BYTES, KEPT_BYTES_PER_FILE = 65_536, 1_024  # a file's entry: its name and six numbers, ~150 bytes
 
 
 def cache_folder(cache_dir: str | Path | None) -> Path:
@@ -34,7 +36,7 @@ def file_digests(split: Path, files: list[Path], cache_dir: str | Path | None) -
     a regular file before opening it; the digests of files unchanged since they were taken are kept."""
     key = hashlib.sha1(os.path.realpath(split).encode()).hexdigest()[:16]
     kept_path = cache_folder(cache_dir) / f"digests-{key}.json"
-    kept = _read(kept_path)
+    kept = _read(kept_path, len(files))
     now, digests, keep, under = time.time_ns(), [], {}, f"{split}{os.sep}"
     for path in files:
         found = regular_file(path)
@@ -52,13 +54,10 @@ def file_digests(split: Path, files: list[Path], cache_dir: str | Path | None) -
     return digests
 
 
-def _read(path: Path) -> dict[str, list]:
-    """The digests kept at `path`, as {file: [*signature, digest]}; a damaged entry (or file) is left out
-    and its digests are taken again."""
-    try:
-        kept = json.loads(path.read_bytes()) if path.is_file() else {}
-    except (OSError, ValueError):
-        return {}
+def _read(path: Path, files: int) -> dict[str, list]:
+    """The digests kept at `path`, as {file: [*signature, digest]}; a damaged entry (or file: not a regular
+    one, larger than the digests of `files` files take, nested too deep) is left out and taken again."""
+    kept, _ = read_kept(path, KEPT_BYTES + KEPT_BYTES_PER_FILE * files)
     entries = kept.items() if isinstance(kept, dict) else ()
     return {k: v for k, v in entries if isinstance(v, list) and len(v) == 6 and isinstance(v[-1], str)}
 

@@ -5,7 +5,9 @@ into a tensor cached under their content digests."""
 from __future__ import annotations
 
 import hashlib
+import math
 import os
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from ..errors import Notice, RunError, first_line
 from ..files import atomic_write, remove_temporaries
 from .digests import cache_folder
 
@@ -176,7 +179,7 @@ def decode_cached(
     key = hashlib.sha1(("\n".join(digests) + resized).encode()).hexdigest()[:16]
     cache = cache_folder(cache_dir) / f"images-{key}.pt"
     shape = (len(files), 3, size[1], size[0])
-    if cache.is_file():
+    if cache.is_file() and cache.stat().st_size <= math.prod(shape) + 65_536:  # a regular file of about its size
         try:
             cached = torch.load(cache, map_location="cpu", weights_only=True)
         except Exception:  # damaged (a disk error, a foreign file): decoded again below
@@ -199,7 +202,10 @@ def decode_cached(
                 "resize them as they are loaded"
             )
         out[i] = torch.from_numpy(np.array(image)).permute(2, 0, 1)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    remove_temporaries(cache.parent, [cache.name])  # only this file's: the folder may be anyone's
-    atomic_write(cache, lambda f: torch.save(out, f))
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        remove_temporaries(cache.parent, [cache.name])  # only this file's: the folder may be anyone's
+        atomic_write(cache, lambda f: torch.save(out, f))
+    except (OSError, RunError) as error:  # a cache that cannot be written costs the decoding again next time
+        warnings.warn(f"the decoded images are not kept ({first_line(error)}): decoded again next time", Notice, 2)
     return out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 import torch
 
 from ..adapters import ModelAdapter
@@ -48,17 +50,20 @@ def init_mimetic(
     o = options
     sample = z_sampler(o.distribution, generator)
     layers = adapter.layers()
-    jobs = []  # drawn in order from the one generator; factorised a layer per worker
+    factors = iter(parallel_map(lambda job: balanced_factors(*job), _mimetic_targets(layers, o, sample)))
     for layer in layers:
-        wq, wv = layer.qk_weights()[0], layer.value_weights()[0]
-        dim = wq.shape[1]
-        eye = torch.eye(dim)
-        jobs.append((o.qk_alpha * sample(layer.num_heads, dim) + o.qk_beta * eye, layer.head_dim))
-        jobs.append((o.vproj_alpha * sample(1, dim)[0] - o.vproj_beta * eye, wv.shape[0]))
-    factors = parallel_map(lambda job: balanced_factors(*job), jobs)
-    for i, layer in enumerate(layers):
-        (q, k), (left, right) = factors[2 * i], factors[2 * i + 1]
+        heads = [next(factors) for _ in range(layer.num_heads)]
         wq, wk = layer.qk_weights()
-        write_heads(wq, q), write_heads(wk, k)  # (h, D, d) each
-        write_value_factors(layer, left, right)
+        write_heads(wq, torch.stack([q for q, _ in heads])), write_heads(wk, torch.stack([k for _, k in heads]))
+        write_value_factors(layer, *next(factors))
     return adapter.measured_layers(kernel_size)
+
+
+def _mimetic_targets(layers: list, o: MimeticOptions, sample: Callable[[int, int], torch.Tensor]) -> Iterator[tuple]:
+    """(target, rank) for each head's W_q W_k^T and each layer's W_v W_proj, drawn in order from the one
+    generator as the workers factorise the ones before."""
+    for layer in layers:
+        dim = layer.qk_weights()[0].shape[1]
+        eye = torch.eye(dim)
+        yield from ((target, layer.head_dim) for target in o.qk_alpha * sample(layer.num_heads, dim) + o.qk_beta * eye)
+        yield o.vproj_alpha * sample(1, dim)[0] - o.vproj_beta * eye, layer.value_weights()[0].shape[0]

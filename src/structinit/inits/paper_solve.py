@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import pairwise
 
 import torch
 
@@ -88,7 +89,7 @@ def saturated(trace: list[float]) -> bool:
     """Whether a solve's checks show saturation: the last at or above SATURATED, each of the last RISING
     above the one before it."""
     last = trace[-RISING - 1 :]
-    return len(last) == RISING + 1 and last[-1] >= SATURATED and all(a < b for a, b in zip(last, last[1:]))
+    return len(last) == RISING + 1 and last[-1] >= SATURATED and all(a < b for a, b in pairwise(last))
 
 
 def _mse_gradients(

@@ -36,7 +36,7 @@ KEPT_LIMIT = 4096  # bytes: a kept value is a few lines
 NOTICE_SECONDS = 2.0  # a solve expected to take longer is announced
 
 # where the solve runs (the model's device, api.initialize sets it) and the command line's progress bar
-SOLVE_DEVICE: contextvars.ContextVar[torch.device] = contextvars.ContextVar("solve_device", default=torch.device("cpu"))
+SOLVE_DEVICE: contextvars.ContextVar[torch.device | None] = contextvars.ContextVar("solve_device", default=None)
 ProgressBar = Callable[[int, str], Any]  # (total, description) -> an object with update(n) and close()
 PROGRESS_BAR: contextvars.ContextVar[ProgressBar | None] = contextvars.ContextVar("solve_progress", default=None)
 
@@ -122,7 +122,7 @@ class _Solved:
 
 
 def _solve(pseudo: torch.Tensor, grid: tuple[int, int], heads: int, kernel_size: int, path: Path) -> _Solved:
-    device = SOLVE_DEVICE.get()
+    device = SOLVE_DEVICE.get() or torch.device("cpu")
     shape = f"{pseudo.shape[0]} tokens, width {pseudo.shape[1]}, {heads} heads, kernel {kernel_size}"
     start = time.perf_counter()
     with all_torch_threads() as threads, _progress(shape, device, threads, path) as on_step:

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from ..offsets import Offset, impulse_maps, target_indices
+from .partial_eigh import all_eigenpairs, largest_eigenpairs
 
 
 class PseudoInput:
@@ -210,21 +212,33 @@ def fixed_signs(u: torch.Tensor, *others: torch.Tensor) -> tuple[torch.Tensor, .
 def balanced_factors(m: torch.Tensor, rank: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Factors L (..., D, r), R (..., D', r), float32, with L R^T the best rank-r approximation of m.
 
-    L = U sqrt(S), R = V sqrt(S) as from the SVD, computed from the eigendecomposition of m m^T
-    (about twice as fast as an SVD on a CPU); R = m^T U / sqrt(S) keeps L R^T = U U^T m exact, with
-    U's signs fixed. In float64: the singular values of alpha Z + beta I crowd, so
-    float32 factors moved by 2e-5 with a CPU's rounding, while float64 ones round to the same float32
-    weights on every kernel path measured but for a rare last bit (docs/methods.md).
+    L = U sqrt(S), R = V sqrt(S) as from the SVD, computed from the top r eigenpairs of m m^T (about
+    twice as fast as an SVD on a CPU); R = m^T U / sqrt(S) keeps L R^T = U U^T m exact, with U's signs
+    fixed. In float64: the singular values of alpha Z + beta I crowd, so float32 factors moved by 2e-5
+    with a CPU's rounding, while float64 ones round to the same float32 weights on every kernel path
+    measured but for a rare last bit (docs/methods.md).
     """
     rank = rank or m.shape[-2]
     m = m.double()
-    evals, evecs = torch.linalg.eigh(m @ m.transpose(-1, -2))
-    evals, evecs = evals.flip(-1)[..., :rank], evecs.flip(-1)[..., :rank]
+    evals, evecs = top_eigenpairs(m @ m.transpose(-1, -2), rank)
     (evecs,) = fixed_signs(evecs)
     root = evals.clamp_min(evals[..., :1] * 1e-12).sqrt().sqrt()  # S^(1/2)
     left = evecs * root.unsqueeze(-2)
     right = (m.transpose(-1, -2) @ evecs) / root.unsqueeze(-2)
     return left.float(), right.float()
+
+
+def top_eigenpairs(a: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The `rank` largest eigenvalues (..., r) of symmetric float64 matrices and their eigenvectors
+    (..., n, r), largest first, by LAPACK through partial_eigh.py: fewer than all, only those, at float64
+    in the time torch's float32 eigh takes for all of them (docs/bench_details.md)."""
+    size = a.shape[-1]
+    rank = min(rank, size)
+    solve = all_eigenpairs if rank == size else lambda one: largest_eigenpairs(one, rank)
+    pairs = [solve(one) for one in a.reshape(-1, size, size).numpy()]
+    evals = torch.from_numpy(np.stack([values[::-1] for values, _ in pairs]))
+    evecs = torch.from_numpy(np.stack([vectors[:, ::-1] for _, vectors in pairs]))
+    return evals.reshape(*a.shape[:-2], rank), evecs.reshape(*a.shape[:-1], rank)
 
 
 def refine(

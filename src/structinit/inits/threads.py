@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
+from threadpoolctl import threadpool_limits
 
 # the threads torch had before one_torch_thread: parallel_map's pool size
 _WORKERS: contextvars.ContextVar[int | None] = contextvars.ContextVar("init_workers", default=None)
@@ -41,15 +42,17 @@ def all_torch_threads():
         torch.set_num_threads(before)
 
 
-def parallel_map(function: Callable[[Any], Any], items: list[Any]) -> list[Any]:
-    """`function` over `items` in a pool of threads, each op inside on one torch thread.
+def parallel_map(function: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
+    """`function` over `items` in a pool of threads, each op inside on one torch thread. A generator's
+    items are worked on as it yields them (mimetic's draws overlap its factorisations).
 
     The init's factorisations are many independent small ones: one OpenMP team splitting each of
     them stalls at every barrier when another process holds the cores (ViT-B impulse 4.6 s instead
     of 1.9 s beside a busy process), while independent single-threaded ops just share the cores.
     One thread per op also makes the init's numbers independent of torch's thread count."""
-    workers = max(1, min(_WORKERS.get() or torch.get_num_threads(), len(items)))
+    workers = max(1, _WORKERS.get() or torch.get_num_threads())
     # a new thread starts at the process's default thread count, not the caller's one: without this each
     # worker's LAPACK call ran on every core beside the others, and its result depended on who won
-    with ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
+    # and scipy's BLAS (partial_eigh.py, imported before this limit) on one thread an op too
+    with threadpool_limits(1), ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
         return list(pool.map(function, items))

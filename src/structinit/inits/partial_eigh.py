@@ -1,0 +1,93 @@
+"""Eigenpairs of a symmetric float64 matrix: the largest ones and no others, LAPACK's dsyevx (bisection
+and inverse iteration for the chosen ones), the routine scipy.linalg.eigh(subset_by_index=...) calls;
+or all of them, dsyevd.
+It is called through scipy's table of LAPACK functions (scipy.linalg.cython_lapack) by ctypes, which
+lets go of Python's lock during the call: scipy's own wrapper holds it, and mimetic's factorisations,
+run side by side on threads (threads.parallel_map), then ran one at a time (docs/bench_details.md).
+Where that table cannot be read, scipy's wrapper is used: the same numbers, one at a time.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import numpy as np
+import scipy.linalg
+from scipy.linalg import cython_lapack
+
+_P = ctypes.c_void_p
+
+
+def largest_eigenpairs(a: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """The `count` largest eigenvalues of the symmetric (n, n) float64 `a`, ascending, and their
+    eigenvectors (n, count), as scipy.linalg.eigh(a, subset_by_index=[n - count, n - 1], driver="evx")."""
+    size = a.shape[0]
+    routine = _lapack("dsyevx", 20)
+    if routine is None:
+        return scipy.linalg.eigh(a, subset_by_index=[size - count, size - 1], driver="evx", check_finite=False)
+    a = np.array(a, dtype=np.float64, order="F")  # overwritten by the routine
+    values, vectors = np.zeros(size), np.zeros((size, count), order="F")
+    iwork, ifail = np.zeros(5 * size, dtype=np.int32), np.zeros(size, dtype=np.int32)
+    ints = {name: ctypes.c_int(value) for name, value in dict(n=size, il=size - count + 1, iu=size).items()}
+    found, info = ctypes.c_int(0), ctypes.c_int(0)
+    bounds = [ctypes.c_double(0.0) for _ in range(3)]  # vl, vu (unused for a range of indices), abstol
+
+    def call(work: np.ndarray, lwork: int) -> None:
+        routine(
+            *(ctypes.byref(ctypes.c_char(flag)) for flag in (b"V", b"I", b"L")),
+            ctypes.byref(ints["n"]), a.ctypes.data_as(_P), ctypes.byref(ints["n"]),
+            ctypes.byref(bounds[0]), ctypes.byref(bounds[1]), ctypes.byref(ints["il"]), ctypes.byref(ints["iu"]),
+            ctypes.byref(bounds[2]), ctypes.byref(found), values.ctypes.data_as(_P), vectors.ctypes.data_as(_P),
+            ctypes.byref(ints["n"]), work.ctypes.data_as(_P), ctypes.byref(ctypes.c_int(lwork)),
+            iwork.ctypes.data_as(_P), ifail.ctypes.data_as(_P), ctypes.byref(info),
+        )  # fmt: skip
+
+    query = np.zeros(1)
+    call(query, -1)  # the workspace it wants
+    call(np.zeros(max(int(query[0]), 8 * size)), max(int(query[0]), 8 * size))
+    if info.value != 0 or found.value != count:
+        raise np.linalg.LinAlgError(f"dsyevx failed (info {info.value}, {found.value} of {count} eigenvalues)")
+    return values[:count], vectors
+
+
+def all_eigenpairs(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every eigenvalue of the symmetric float64 `a`, ascending, and its eigenvectors: LAPACK's dsyevd
+    (divide and conquer), as scipy.linalg.eigh(a, driver="evd"), without the GIL."""
+    size = a.shape[0]
+    routine = _lapack("dsyevd", 11)
+    if routine is None:
+        return scipy.linalg.eigh(a, driver="evd", check_finite=False)
+    a = np.array(a, dtype=np.float64, order="F")  # overwritten by the eigenvectors
+    values, n, info = np.zeros(size), ctypes.c_int(size), ctypes.c_int(0)
+
+    def call(work: np.ndarray, lwork: int, iwork: np.ndarray, liwork: int) -> None:
+        routine(
+            ctypes.byref(ctypes.c_char(b"V")), ctypes.byref(ctypes.c_char(b"L")), ctypes.byref(n),
+            a.ctypes.data_as(_P), ctypes.byref(n), values.ctypes.data_as(_P), work.ctypes.data_as(_P),
+            ctypes.byref(ctypes.c_int(lwork)), iwork.ctypes.data_as(_P), ctypes.byref(ctypes.c_int(liwork)),
+            ctypes.byref(info),
+        )  # fmt: skip
+
+    query, iquery = np.zeros(1), np.zeros(1, dtype=np.int32)
+    call(query, -1, iquery, -1)
+    lwork, liwork = max(int(query[0]), 1 + 6 * size + 2 * size * size), max(int(iquery[0]), 3 + 5 * size)
+    call(np.zeros(lwork), lwork, np.zeros(liwork, dtype=np.int32), liwork)
+    if info.value != 0:
+        raise np.linalg.LinAlgError(f"dsyevd failed (info {info.value})")
+    return values, a
+
+
+@functools.cache
+def _lapack(name: str, arguments: int) -> ctypes._CFuncPtr | None:
+    """A LAPACK routine of `arguments` pointers from scipy's table, as a ctypes function (which releases
+    the GIL); None where the table cannot be read."""
+    try:
+        capsule = cython_lapack.__pyx_capi__[name]
+        api = ctypes.pythonapi
+        name_of = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetName", api))
+        pointer_of = ctypes.PYFUNCTYPE(_P, ctypes.py_object, ctypes.c_char_p)(("PyCapsule_GetPointer", api))
+        address = pointer_of(capsule, name_of(capsule))
+    except (AttributeError, KeyError, ValueError, TypeError):
+        return None
+    return ctypes.CFUNCTYPE(None, *[_P] * arguments)(address) if address else None
