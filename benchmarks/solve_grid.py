@@ -36,6 +36,7 @@ PAGE = ROOT / "docs" / "bench_solve.md"
 SIDES = (4, 8, 14, 16, 24, 32, 48)  # tokens 16 ... 2,304
 WIDTHS = (64, 192, 384, 768, 1024)
 VIT_PRESETS = [name for name, (arch, _) in PRESETS.items() if str(arch).startswith("vit_")]
+VIT_NAMES = ["*vit*", "deit*", "eva*", "beit*"]  # the names of timm's VisionTransformer models (and some others)
 README_MODEL = ("vit_tiny_patch16_224", dict(img_size=32, patch_size=4))
 
 
@@ -57,7 +58,7 @@ def table_shapes() -> list[dict]:
     found: dict[tuple, dict] = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for name in timm.list_models():
+        for name in timm.list_models(VIT_NAMES):
             try:
                 with torch.device("meta"):
                     model = timm.create_model(name)

@@ -15,6 +15,7 @@ from ..errors import RunError, one_line_warning
 from ..files import refuse_link
 from ..inits.api import check_seed
 from ..inits.labels import DEFAULT, InitSpec, parse_assignments, split_top_level
+from ..inits.sharpness import PROGRESS_BAR
 from ..models import PRESETS, preset_size
 from ..studies.launch import Cluster
 from ..training.setting import flag, int_list
@@ -263,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)  # kill: cleaned up and reported as Ctrl-C is
     shown, warnings.formatwarning = warnings.formatwarning, one_line_warning  # the command's warnings: one line
+    bar = PROGRESS_BAR.set(_solve_bar)  # impulse's first solve of a model shape, where it takes a while
     try:
         return COMMANDS[args.command](args)
     except (ValueError, TypeError, RunError) as error:
@@ -281,6 +283,14 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         warnings.formatwarning = shown
+        PROGRESS_BAR.reset(bar)
+
+
+def _solve_bar(total: int, description: str) -> Any:
+    """tqdm's bar for the paper's solve (sharpness.py): on a terminal, gone when it ends."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=description, unit="step", leave=False, disable=None)
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -6,7 +6,9 @@ per head, Adam (lr 1e-4, 10,000 steps) on the MSE between softmax(d^-1/2 · P Q 
 uniform(±(d·heads)^-1/2), each column's norm reset to Q's initial mean every 100 steps. The solve draws
 from its own generator (seed 0) and runs on the device it is given, with every thread torch has there.
 Where it has saturated (the mass on the offset at or above SATURATED, rising), it stops: past that point
-every solve of the grid in benchmarks/solve_grid.py ended at 0.99 or more (docs/bench_solve.md).
+every solve of the grid in benchmarks/solve_grid.py ended at 0.99 or more (docs/bench_solve.md). It stops
+so only within the shapes that grid has solved in full (SHORTCUT_TOKENS, SHORTCUT_WIDTH); larger ones run
+all their steps until a GPU extends the grid.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ..offsets import Offset, assign_offsets, impulse_maps, target_indices
 STEPS, LR, RENORM_EVERY = 10_000, 1e-4, 100
 SATURATED = 0.995  # a check at or above it, each of the last RISING checks above the one before: 0.99 is reached
 RISING = 3
+SHORTCUT_TOKENS, SHORTCUT_WIDTH = 256, 1024  # the grid's shapes solved in full: up to 16 x 16 tokens, width 1,024
 
 
 @dataclass
@@ -55,7 +58,7 @@ def paper_solve(
 ) -> PaperSolve:
     """The paper's solve on `pseudo`, the (T, D) tokens of the grid's positions: random offsets of the
     f x f kernel, fitted as the paper's code fits them; `on_step(step)` after each step. With
-    `stop_saturated`, it stops once the trace shows saturation (`saturated`)."""
+    `stop_saturated`, it stops once the trace shows saturation (`saturated`) where `shortcut` allows."""
     generator = torch.Generator().manual_seed(seed)
     width = pseudo.shape[1]
     dim = width // heads
@@ -69,6 +72,7 @@ def paper_solve(
     column_norm = q.norm(dim=1).mean()
     optimizer = torch.optim.Adam([q, k], lr=LR)  # fed the MSE's gradients written out: half autograd's time
     trace: list[float] = []
+    stop_saturated = stop_saturated and shortcut(*pseudo.shape)
     for step in range(steps):
         if step % RENORM_EVERY == 0:
             q.mul_(column_norm / q.norm(dim=1, keepdim=True))
@@ -83,6 +87,11 @@ def paper_solve(
             on_step(step + 1)
     final = _mass(solved_maps(pseudo, q, k), index, valid)
     return PaperSolve(q, k, offsets, final, steps, trace)
+
+
+def shortcut(tokens: int, width: int) -> bool:
+    """Whether a solve of this shape may stop once saturated: the grid has solved such shapes in full."""
+    return tokens <= SHORTCUT_TOKENS and width <= SHORTCUT_WIDTH
 
 
 def saturated(trace: list[float]) -> bool:

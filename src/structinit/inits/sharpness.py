@@ -26,7 +26,7 @@ from timm.layers import build_sincos2d_pos_embed
 from ..adapters.base import timm_embeddings_
 from ..cachefiles import keep, read_kept
 from ..errors import Notice
-from .paper_solve import STEPS, paper_solve
+from .paper_solve import STEPS, paper_solve, shortcut
 from .threads import all_torch_threads
 
 DECIMALS = 2  # the solve's mass is kept to 0.01 (docs/methods.md: its spread over the solve's seeds), in [0.01, 0.99]
@@ -125,13 +125,14 @@ def _solve(pseudo: torch.Tensor, grid: tuple[int, int], heads: int, kernel_size:
     device = SOLVE_DEVICE.get() or torch.device("cpu")
     shape = f"{pseudo.shape[0]} tokens, width {pseudo.shape[1]}, {heads} heads, kernel {kernel_size}"
     start = time.perf_counter()
-    with all_torch_threads() as threads, _progress(shape, device, threads, path) as on_step:
+    stops = "; stops early once saturated" if shortcut(*pseudo.shape) else ""
+    with all_torch_threads() as threads, _progress(shape + stops, device, threads, path) as on_step:
         solve = paper_solve(pseudo, grid, heads, kernel_size, device=device, on_step=on_step)
     return _Solved(solve.mass, solve.steps, time.perf_counter() - start)
 
 
 @contextlib.contextmanager
-def _progress(shape: str, device: torch.device, threads: int, path: Path) -> Iterator[Callable[[int], None]]:
+def _progress(what: str, device: torch.device, threads: int, path: Path) -> Iterator[Callable[[int], None]]:
     """on_step for the solve: after 4 timed steps, a notice of the expected time where it is over
     NOTICE_SECONDS, and the progress bar where one is set."""
     where = f"{threads} CPU thread{'s' * (threads > 1)}" if device.type == "cpu" else str(device)
@@ -144,8 +145,8 @@ def _progress(shape: str, device: torch.device, threads: int, path: Path) -> Ite
             expected = (time.perf_counter() - state["start"]) / 4 * (STEPS - 5)
             if expected > NOTICE_SECONDS:
                 warnings.warn(
-                    f"impulse: the paper's solve for this model ({shape}), once: up to {_duration(expected)} on "
-                    f"{where} (less where it saturates); impulse[target_fidelity=X] skips it; kept in {path.parent}",
+                    f"impulse: the paper's solve for this model, once: up to {_duration(expected)} on {where}; "
+                    f"impulse[target_fidelity=X] skips it; {what}; kept in {path.parent}",
                     Notice,
                     stacklevel=5,
                 )
