@@ -1,11 +1,19 @@
 """Init speed and attention fidelity of every method, on the paper's ViTs.
 
-For each model and method: the time of `structinit.initialize` (median of --repeats runs, model
+--speed (docs/bench_init.md's first table): each init's time cold (an empty solve cache, the first call
+of its kind in a fresh process) and warm (the cache filled: median of two more calls), as a ratio to timm's
+own init of the same model (model.init_weights(), median of three) in the same process; a process a model.
+"impulse, table off" is impulse with the shipped table of solved values hidden: the solve a model that is
+not in it pays.
+
+Otherwise, for each model and method: the time of `structinit.initialize` (median of --repeats runs, model
 creation excluded), the fidelity on the pseudo input (mean and worst head, every layer) and on real
 CIFAR-10 test images resized to the model's input (first layer, mean and worst head). Fidelity is the
 mean attention mass on the head's assigned offset (impulse) or on its best offset of the 3x3 kernel
 (other methods). Prints a markdown table.
 
+    .venv/bin/python benchmarks/bench_init.py --speed                # cold and warm, ~15 minutes on 2 cores
+    .venv/bin/python benchmarks/bench_init.py --speed --speed-models vit_base_patch16_224 --methods mimetic
     .venv/bin/python benchmarks/bench_init.py                      # every model, ~8 minutes on 2 cores
     .venv/bin/python benchmarks/bench_init.py --models vit_base_patch16_224 --repeats 5
     .venv/bin/python benchmarks/bench_init.py --models vit_base_patch16_224 --methods timm mimetic \
@@ -18,10 +26,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import os
 import random
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -31,6 +42,8 @@ from PIL import Image
 
 import structinit
 from structinit.inits import api as init_api
+from structinit.inits import sharpness
+from structinit.models import PRESETS, create_model
 from structinit.training.provenance import cpu_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,11 +61,22 @@ METHODS = {
     "timm": ("timm", {}),
     "kaiming": ("kaiming", {}),
     "mimetic": ("mimetic", {}),
-    "impulse-soft (closed form)": ("impulse-soft", {}),
-    "impulse (closed form)": ("impulse", {}),
+    "impulse": ("impulse", {}),
+    "impulse-soft": ("impulse-soft", {}),
     "impulse (refine)": ("impulse", {"solver": "refine"}),
-    "impulse-authors[base=keep]": ("impulse-authors", {"base": "keep"}),
+    "impulse-neurips": ("impulse-neurips", {}),
+    "qk-norm": ("qk-norm", {}),
 }
+# the README's model, ViT-Ti/S/B at 224, ViT-B at 384 and the paper's Table 5 ViT (a structinit preset)
+SPEED_MODELS = {
+    "README's model": ("vit_tiny_patch16_224", dict(img_size=32, patch_size=4, num_classes=10)),
+    "vit_tiny_patch16_224": ("vit_tiny_patch16_224", {}),
+    "vit_small_patch16_224": ("vit_small_patch16_224", {}),
+    "vit_base_patch16_224": ("vit_base_patch16_224", {}),
+    "vit_base_patch16_384": ("vit_base_patch16_384", {}),
+    "Table 5 ViT": ("vit_w256_d8_p2_gap_sincos", {}),
+}
+TABLE_OFF = "impulse, table off"
 
 
 def load_images(count: int, seed: int = 0) -> torch.Tensor | None:
@@ -96,8 +120,70 @@ def first_layer_fidelity(
     return sum(mass) / len(mass), min(mass)
 
 
+def build(name: str) -> torch.nn.Module:
+    arch, kwargs = SPEED_MODELS[name]
+    if arch in PRESETS:
+        return create_model(arch, num_classes=10, in_chans=3, data_size=None)
+    return timm.create_model(arch, **kwargs)
+
+
+def speed_of_one(name: str, methods: list[str]) -> list[dict]:
+    """In this process: timm's own init of model `name`, then each method cold and warm."""
+    model = build(name)
+    own = []
+    for _ in range(3):
+        start = time.perf_counter()
+        model.init_weights()
+        own.append(time.perf_counter() - start)
+    rows = []
+    for label in methods:
+        method, options = METHODS.get(label, ("impulse", {}))
+        with tempfile.TemporaryDirectory() as cache:
+            os.environ["STRUCTINIT_CACHE"] = cache
+            table, sharpness._TABLE = sharpness._TABLE, ([] if label == TABLE_OFF else None)
+            times, report = [], None
+            for seed in range(3):
+                start = time.perf_counter()
+                report = structinit.initialize(model, method, seed=seed, **options)
+                times.append(time.perf_counter() - start)
+            sharpness._TABLE = table
+        found = report.source.get("target_fidelity", "").partition("; ")[2].rstrip(")")
+        rows.append(
+            dict(
+                model=name,
+                method=label,
+                own=statistics.median(own),
+                cold=times[0],
+                warm=statistics.median(times[1:]),
+                found=found,
+            )
+        )
+    return rows
+
+
+def speed(args: argparse.Namespace) -> int:
+    """Each model in its own process (a cold start is a first call), the rows as a markdown table."""
+    header()
+    print("\n| model | init | cold (s) | warm (s) | cold ÷ timm's own | warm ÷ timm's own | sharpness from |")
+    print("|---|---|---|---|---|---|---|")
+    methods = [m for m in args.methods if m != "impulse (refine)"] + ([TABLE_OFF] if "impulse" in args.methods else [])
+    for name in args.speed_models:
+        code = "import json, sys; sys.path.insert(0, sys.argv[1]); import bench_init as b; "
+        code += "print(json.dumps(b.speed_of_one(sys.argv[2], sys.argv[3:])))"
+        out = subprocess.run([sys.executable, "-W", "ignore", "-c", code, str(Path(__file__).parent), name, *methods],
+                             capture_output=True, text=True, check=True).stdout  # fmt: skip
+        for row in json.loads(out.splitlines()[-1]):
+            cold, warm = row["cold"] / row["own"], row["warm"] / row["own"]
+            times = f"{row['cold']:.2f} | {row['warm']:.2f} | {cold:.1f}x | {warm:.1f}x"
+            print(f"| {row['model']} | {row['method']} | {times} | {row['found'] or '-'} |", flush=True)
+    print("\ntimm's own init (model.init_weights()), median of 3, in the same process as each model's rows")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--speed", action="store_true", help="cold and warm times against timm's own init")
+    parser.add_argument("--speed-models", nargs="+", default=list(SPEED_MODELS), choices=list(SPEED_MODELS))
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per model and method (median)")
@@ -113,6 +199,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.all_threads:
         init_api.one_torch_thread = contextlib.nullcontext
+    if args.speed:
+        return speed(args)
     return contention(args) if args.busy else run(args)
 
 

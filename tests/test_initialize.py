@@ -1,6 +1,7 @@
 import threading
 import warnings
 
+import numpy as np
 import pytest
 import timm
 import torch
@@ -397,14 +398,19 @@ def test_balanced_factors_do_not_depend_on_the_signs_lapack_returns(monkeypatch)
     from structinit.inits import solvers
 
     m = torch.randn(2, 12, 12, generator=torch.Generator().manual_seed(0))
-    left, right = solvers.balanced_factors(m, 4)
-    eigh = torch.linalg.eigh
+    found = {rank: solvers.balanced_factors(m, rank) for rank in (4, 12)}  # some eigenpairs, and all
+    largest, every = solvers.largest_eigenpairs, solvers.all_eigenpairs
 
-    def flipped(a):  # another LAPACK build: the same eigenvectors, some with the other sign
-        values, vectors = eigh(a)
-        return values, vectors * torch.tensor([1.0, -1.0] * 6)
+    def flipped(eigenpairs):  # another LAPACK build: the same eigenvectors, some with the other sign
+        def flipping(a, *count):
+            values, vectors = eigenpairs(a, *count)
+            return values, vectors * np.array([1.0, -1.0] * 6)[: vectors.shape[1]]
 
-    monkeypatch.setattr(torch.linalg, "eigh", flipped)
-    again = solvers.balanced_factors(m, 4)
-    assert torch.allclose(left, again[0], atol=1e-5) and torch.allclose(right, again[1], atol=1e-5)
-    assert torch.allclose(left @ right.transpose(-1, -2), again[0] @ again[1].transpose(-1, -2), atol=1e-5)
+        return flipping
+
+    monkeypatch.setattr(solvers, "largest_eigenpairs", flipped(largest))
+    monkeypatch.setattr(solvers, "all_eigenpairs", flipped(every))
+    for rank, (left, right) in found.items():
+        again = solvers.balanced_factors(m, rank)
+        assert torch.allclose(left, again[0], atol=1e-5) and torch.allclose(right, again[1], atol=1e-5)
+        assert torch.allclose(left @ right.transpose(-1, -2), again[0] @ again[1].transpose(-1, -2), atol=1e-5)

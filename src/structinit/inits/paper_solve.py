@@ -14,6 +14,7 @@ all their steps until a GPU extends the grid.
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -53,12 +54,15 @@ def paper_solve(
     steps: int = STEPS,
     seed: int = 0,
     device: torch.device | str = "cpu",
+    threads: int = 1,
     stop_saturated: bool = True,
     on_step: Callable[[int], None] | None = None,
 ) -> PaperSolve:
     """The paper's solve on `pseudo`, the (T, D) tokens of the grid's positions: random offsets of the
-    f x f kernel, fitted as the paper's code fits them; `on_step(step)` after each step. With
-    `stop_saturated`, it stops once the trace shows saturation (`saturated`) where `shortcut` allows."""
+    f x f kernel, fitted as the paper's code fits them. On a CPU its heads are shared among `threads`
+    threads of one torch thread each (a busy core then slows, not stalls, the others); `on_step(step)`
+    now and then with the steps done. With `stop_saturated`, it stops once the trace shows saturation
+    (`saturated`) where `shortcut` allows."""
     generator = torch.Generator().manual_seed(seed)
     width = pseudo.shape[1]
     dim = width // heads
@@ -69,24 +73,59 @@ def paper_solve(
     pseudo, q, k = (t.to(device) for t in (pseudo.float(), q, k))
     target = impulse_maps(offsets, grid).to(device)
     index, valid = (t.to(device) for t in target_indices(offsets, grid))
-    column_norm = q.norm(dim=1).mean()
-    optimizer = torch.optim.Adam([q, k], lr=LR)  # fed the MSE's gradients written out: half autograd's time
-    trace: list[float] = []
+    column_norm, count = q.norm(dim=1).mean(), heads * pseudo.shape[0] ** 2
+    shares = torch.arange(heads).tensor_split(1 if torch.device(device).type != "cpu" else min(threads, heads))
+    groups = [_Heads(pseudo, q[h], k[h], target[h], index[h], valid[h], column_norm, count) for h in shares]
     stop_saturated = stop_saturated and shortcut(*pseudo.shape)
-    for step in range(steps):
+    trace: list[float] = []
+    bounds = sorted({0, min(1, steps), min(6, steps), steps, *range(RENORM_EVERY, steps, RENORM_EVERY)})
+    with ThreadPoolExecutor(len(groups), initializer=torch.set_num_threads, initargs=(1,)) as pool:
+        for start, stop in pairwise(bounds):
+            measured = start > 0 and start % RENORM_EVERY == 0  # a check: the masses before this step
+            if measured:
+                trace.append(sum(pool.map(lambda group: group.measure(start), groups)) / heads)  # noqa: B023
+                if stop_saturated and saturated(trace):
+                    return _solved(groups, offsets, trace[-1], start, trace)
+            list(pool.map(lambda group: group.advance(start, stop, measured), groups))  # noqa: B023
+            if on_step is not None:
+                on_step(stop)
+    solve = _solved(groups, offsets, 0.0, steps, trace)
+    solve.mass = _mass(solved_maps(pseudo, solve.q, solve.k), index, valid)
+    return solve
+
+
+class _Heads:
+    """A share of the heads, with its own Adam (elementwise, so it steps as the whole would)."""
+
+    def __init__(self, pseudo, q, k, target, index, valid, column_norm, count) -> None:
+        self.pseudo, self.q, self.k, self.target, self.index, self.valid = pseudo, q, k, target, index, valid
+        self.column_norm, self.count = column_norm, count
+        self.optimizer = torch.optim.Adam([q, k], lr=LR)  # fed the MSE's gradients written out: half autograd's time
+
+    def _gradients(self, step: int) -> torch.Tensor:
         if step % RENORM_EVERY == 0:
-            q.mul_(column_norm / q.norm(dim=1, keepdim=True))
-            k.mul_(column_norm / k.norm(dim=1, keepdim=True))
-        q.grad, k.grad, maps = _mse_gradients(pseudo, q, k, target)
-        if step % RENORM_EVERY == 0 and step:
-            trace.append(_mass(maps, index, valid))
-            if stop_saturated and saturated(trace):
-                return PaperSolve(q, k, offsets, trace[-1], step, trace)
-        optimizer.step()
-        if on_step is not None:
-            on_step(step + 1)
-    final = _mass(solved_maps(pseudo, q, k), index, valid)
-    return PaperSolve(q, k, offsets, final, steps, trace)
+            self.q.mul_(self.column_norm / self.q.norm(dim=1, keepdim=True))
+            self.k.mul_(self.column_norm / self.k.norm(dim=1, keepdim=True))
+        self.q.grad, self.k.grad, maps = _mse_gradients(self.pseudo, self.q, self.k, self.target, self.count)
+        return maps
+
+    def measure(self, step: int) -> float:
+        """The gradients of `step` and the sum over these heads of the mass on their offsets."""
+        maps = self._gradients(step)
+        mass = maps.gather(-1, self.index.unsqueeze(-1)).squeeze(-1)
+        return float(((mass * self.valid).sum(-1) / self.valid.sum(-1).clamp_min(1)).sum())
+
+    def advance(self, start: int, stop: int, measured: bool) -> None:
+        """Steps start..stop-1 (the gradients of `start` already taken where `measured`)."""
+        for step in range(start, stop):
+            if step > start or not measured:
+                self._gradients(step)
+            self.optimizer.step()
+
+
+def _solved(groups: list[_Heads], offsets: list[Offset], mass: float, steps: int, trace: list[float]) -> PaperSolve:
+    q, k = (torch.cat([getattr(g, name).detach() for g in groups]) for name in ("q", "k"))
+    return PaperSolve(q, k, offsets, mass, steps, trace)
 
 
 def shortcut(tokens: int, width: int) -> bool:
@@ -102,14 +141,14 @@ def saturated(trace: list[float]) -> bool:
 
 
 def _mse_gradients(
-    pseudo: torch.Tensor, q: torch.Tensor, k: torch.Tensor, target: torch.Tensor
+    pseudo: torch.Tensor, q: torch.Tensor, k: torch.Tensor, target: torch.Tensor, count: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """d/dQ and d/dK of mean((softmax(s · P Q K P^T) - H)^2), s = d^-1/2, through the softmax's Jacobian;
-    and the maps."""
+    """d/dQ and d/dK of the MSE's sum over these heads' map entries, divided by `count` (all heads' entries),
+    through the softmax's Jacobian (s = d^-1/2 in softmax(s · P Q K P^T)); and the maps."""
     scale = q.shape[-1] ** -0.5
     queries, keys = pseudo @ q, k @ pseudo.T  # (h, T, d), (h, d, T)
     maps = torch.softmax(scale * queries @ keys, dim=-1)
-    d_maps = (2.0 / maps.numel()) * (maps - target)
+    d_maps = (2.0 / count) * (maps - target)
     d_logits = scale * maps * (d_maps - (d_maps * maps).sum(-1, keepdim=True))
     return pseudo.T @ (d_logits @ keys.transpose(-1, -2)), (queries.transpose(-1, -2) @ d_logits) @ pseudo, maps
 

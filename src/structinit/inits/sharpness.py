@@ -27,7 +27,7 @@ from ..adapters.base import timm_embeddings_
 from ..cachefiles import keep, read_kept
 from ..errors import Notice
 from .paper_solve import STEPS, paper_solve, shortcut
-from .threads import all_torch_threads
+from .threads import available_threads
 
 DECIMALS = 2  # the solve's mass is kept to 0.01 (docs/methods.md: its spread over the solve's seeds), in [0.01, 0.99]
 TABLE = Path(__file__).with_name("paper_sharpness.json")
@@ -126,23 +126,25 @@ def _solve(pseudo: torch.Tensor, grid: tuple[int, int], heads: int, kernel_size:
     shape = f"{pseudo.shape[0]} tokens, width {pseudo.shape[1]}, {heads} heads, kernel {kernel_size}"
     start = time.perf_counter()
     stops = "; stops early once saturated" if shortcut(*pseudo.shape) else ""
-    with all_torch_threads() as threads, _progress(shape + stops, device, threads, path) as on_step:
-        solve = paper_solve(pseudo, grid, heads, kernel_size, device=device, on_step=on_step)
+    threads = min(heads, available_threads()) if device.type == "cpu" else 1
+    with _progress(shape + stops, device, threads, path) as on_step:
+        solve = paper_solve(pseudo, grid, heads, kernel_size, device=device, threads=threads, on_step=on_step)
     return _Solved(solve.mass, solve.steps, time.perf_counter() - start)
 
 
 @contextlib.contextmanager
 def _progress(what: str, device: torch.device, threads: int, path: Path) -> Iterator[Callable[[int], None]]:
-    """on_step for the solve: after 4 timed steps, a notice of the expected time where it is over
+    """on_step for the solve: after 5 timed steps, a notice of the expected time where it is over
     NOTICE_SECONDS, and the progress bar where one is set."""
     where = f"{threads} CPU thread{'s' * (threads > 1)}" if device.type == "cpu" else str(device)
     state: dict[str, Any] = {"bar": None}
 
     def on_step(step: int) -> None:
         if step == 1:
-            state["start"] = time.perf_counter()  # the first step pays for the allocations
-        elif step == 5:
-            expected = (time.perf_counter() - state["start"]) / 4 * (STEPS - 5)
+            state["start"], state["done"] = time.perf_counter(), 1  # the first step pays for the allocations
+            return
+        if step == 6:
+            expected = (time.perf_counter() - state["start"]) / 5 * (STEPS - 6)
             if expected > NOTICE_SECONDS:
                 warnings.warn(
                     f"impulse: the paper's solve for this model, once: up to {_duration(expected)} on {where}; "
@@ -152,10 +154,10 @@ def _progress(what: str, device: torch.device, threads: int, path: Path) -> Iter
                 )
                 make = PROGRESS_BAR.get()
                 state["bar"] = make(STEPS, "impulse: the paper's solve") if make is not None else None
-                if state["bar"] is not None:
-                    state["bar"].update(step)
-        elif state["bar"] is not None:
-            state["bar"].update(1)
+                state["done"] = 0
+        if state["bar"] is not None:
+            state["bar"].update(step - state["done"])
+        state["done"] = step
 
     try:
         yield on_step

@@ -29,17 +29,9 @@ def one_torch_thread():
         _WORKERS.reset(token)
 
 
-@contextlib.contextmanager
-def all_torch_threads():
-    """Inside one_torch_thread, one long computation that does not write weights (the paper's solve) on
-    every thread torch had before; yields their number."""
-    threads = _WORKERS.get() or torch.get_num_threads()
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield threads
-    finally:
-        torch.set_num_threads(before)
+def available_threads() -> int:
+    """The threads torch had before one_torch_thread (or has): how many single-threaded ops to run at once."""
+    return _WORKERS.get() or torch.get_num_threads()
 
 
 def parallel_map(function: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
@@ -50,7 +42,7 @@ def parallel_map(function: Callable[[Any], Any], items: Iterable[Any]) -> list[A
     them stalls at every barrier when another process holds the cores (ViT-B impulse 4.6 s instead
     of 1.9 s beside a busy process), while independent single-threaded ops just share the cores.
     One thread per op also makes the init's numbers independent of torch's thread count."""
-    workers = max(1, _WORKERS.get() or torch.get_num_threads())
+    workers = max(1, available_threads())
     # a new thread starts at the process's default thread count, not the caller's one: without this each
     # worker's LAPACK call ran on every core beside the others, and its result depended on who won
     # and scipy's BLAS (partial_eigh.py, imported before this limit) on one thread an op too
