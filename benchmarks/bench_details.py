@@ -3,7 +3,10 @@
 1. Why mimetic init of ViT-B is slow: the cost of one exact factorisation of a 768x768 matrix
    (eigendecomposition of its Gram matrix, and a full SVD), and how much of the optimal rank-64
    energy of alpha Z + beta I a batched randomised SVD captures at 1-6 power iterations.
-2. What `blind_to_content` does: first-layer fidelity of the sharp impulse init (impulse) on CIFAR-10 test images
+2. The eigenpairs behind mimetic's factors since 0.3.1 (inits/partial_eigh.py): 12 heads' top 64 of a
+   768x768 Gram matrix, one after another and on two threads (as mimetic's workers run them), by torch's
+   eigh of all of them (float32: 0.2; float64: 0.3.0), scipy's dsyevx wrapper and structinit's ctypes call.
+3. What `blind_to_content` does: first-layer fidelity of the sharp impulse init (impulse) on CIFAR-10 test images
    (64, from ../shared/datasets/cifar10) for the 32 px / patch-4 ViTs, with it on and off.
 
     .venv/bin/python benchmarks/bench_details.py          # about a minute on 2 cores
@@ -15,15 +18,19 @@ import platform
 import statistics
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import scipy.linalg
 import timm
 import torch
+from threadpoolctl import threadpool_limits
 
 import structinit
 from bench_init import load_images, prepare
 from structinit.adapters import get_adapter
 from structinit.fidelity import layer_inputs
+from structinit.inits.partial_eigh import largest_eigenpairs
 from structinit.offsets import offset_mass
 
 
@@ -64,6 +71,28 @@ def factorisation_cost() -> None:
     print(f"| exact (batched eigh) | {exact:.3f} | 1.000 |")
 
 
+def eigenpairs_cost() -> None:
+    dim, rank, heads = 768, 64, 12
+    generator = torch.Generator().manual_seed(0)
+    m = 0.7 * (torch.rand(heads, dim, dim, generator=generator) * 2 - 1) * (3 / dim) ** 0.5 + 0.7 * torch.eye(dim)
+    grams = [(one @ one.T).double() for one in m.double()]
+    ways = {
+        "torch eigh, all, float32 (0.2)": lambda a: torch.linalg.eigh(a.float()),
+        "torch eigh, all, float64 (0.3.0)": torch.linalg.eigh,
+        "scipy's dsyevx wrapper, top 64": lambda a: scipy.linalg.eigh(
+            a.numpy(), subset_by_index=[dim - rank, dim - 1], driver="evx", check_finite=False
+        ),
+        "dsyevx through ctypes, top 64 (0.3.1)": lambda a: largest_eigenpairs(a.numpy(), rank),
+    }
+    print("\n| 12 heads' eigenpairs (768 x 768) | one after another (s) | on two threads (s) |\n|---|---|---|")
+    with threadpool_limits(1), ThreadPoolExecutor(2, initializer=torch.set_num_threads, initargs=(1,)) as pool:
+        torch.set_num_threads(1)
+        for name, way in ways.items():
+            alone = timed(lambda way=way: [way(a) for a in grams], repeats=3)
+            paired = timed(lambda way=way: list(pool.map(way, grams)), repeats=3)
+            print(f"| {name} | {alone:.3f} | {paired:.3f} |")
+
+
 def content_blindness(images: torch.Tensor) -> None:
     print("\n| model | blind_to_content | real images, layer 0: mean (worst) |")
     print("|---|---|---|")
@@ -87,6 +116,9 @@ def main() -> int:
     print(f"machine: {platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}")
     print(f"command: {' '.join([Path(sys.executable).name, *sys.argv])}\n")
     factorisation_cost()
+    threads = torch.get_num_threads()
+    eigenpairs_cost()
+    torch.set_num_threads(threads)
     images = load_images(64)
     if images is None:
         print("\n(no CIFAR-10 images under ../shared/datasets/cifar10: content-blindness table skipped)")

@@ -14,6 +14,8 @@ mean attention mass on the head's assigned offset (impulse) or on its best offse
 
     .venv/bin/python benchmarks/bench_init.py --speed                # cold and warm, ~15 minutes on 2 cores
     .venv/bin/python benchmarks/bench_init.py --speed --speed-models vit_base_patch16_224 --methods mimetic
+    git worktree add ../old 80c85a9 && .venv/bin/python benchmarks/bench_init.py --against ../old \\
+        --methods timm mimetic        # this tree's init times beside an older checkout's, same machine
     .venv/bin/python benchmarks/bench_init.py                      # every model, ~8 minutes on 2 cores
     .venv/bin/python benchmarks/bench_init.py --models vit_base_patch16_224 --repeats 5
     .venv/bin/python benchmarks/bench_init.py --models vit_base_patch16_224 --methods timm mimetic \
@@ -180,12 +182,49 @@ def speed(args: argparse.Namespace) -> int:
     return 0
 
 
+AGAINST = """
+import sys, time, timm, structinit
+model = timm.create_model(sys.argv[1])
+structinit.initialize(model, "timm", seed=0)
+for method in sys.argv[2:]:
+    start = time.perf_counter()
+    structinit.initialize(model, method, seed=1)
+    print(method, time.perf_counter() - start)
+"""
+
+
+def against(args: argparse.Namespace) -> int:
+    """This tree's inits beside another checkout's (--against DIR), in alternating processes on one machine."""
+    header()
+    trees = {"this tree": ROOT, args.against: Path(args.against)}
+    times: dict[tuple[str, str], list[float]] = {}
+    for _ in range(args.rounds):
+        for label, tree in trees.items():
+            env = {**os.environ, "PYTHONPATH": str(tree / "src")}
+            out = subprocess.run([sys.executable, "-W", "ignore", "-c", AGAINST, args.against_model, *args.methods],
+                                 env=env, capture_output=True, text=True, check=True).stdout  # fmt: skip
+            for line in out.splitlines():
+                method, seconds = line.rsplit(" ", 1)
+                times.setdefault((label, method), []).append(float(seconds))
+    print(f"\n{args.against_model}, {args.rounds} alternating processes a tree, median seconds\n")
+    print(f"| init | this tree | {args.against} | ratio |\n|---|---|---|---|")
+    for method in args.methods:
+        ours, theirs = (statistics.median(times[label, method]) for label in trees)
+        print(f"| {method} | {ours:.2f} | {theirs:.2f} | {ours / theirs:.2f}x |")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--speed", action="store_true", help="cold and warm times against timm's own init")
     parser.add_argument("--speed-models", nargs="+", default=list(SPEED_MODELS), choices=list(SPEED_MODELS))
+    parser.add_argument(
+        "--against", help="a checkout (a git worktree) to time beside this one: --methods there and here"
+    )
+    parser.add_argument("--against-model", default="vit_base_patch16_224")
+    parser.add_argument("--rounds", type=int, default=5, help="with --against: processes a tree, alternating")
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    parser.add_argument("--methods", nargs="+", default=list(METHODS))
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per model and method (median)")
     parser.add_argument("--images", type=int, default=64, help="CIFAR-10 test images for the real-image column")
     parser.add_argument(
@@ -199,6 +238,11 @@ def main() -> int:
     args = parser.parse_args()
     if args.all_threads:
         init_api.one_torch_thread = contextlib.nullcontext
+    if args.against:
+        return against(args)
+    unknown = set(args.methods) - set(METHODS)
+    if unknown:
+        parser.error(f"unknown --methods {sorted(unknown)}: choose from {list(METHODS)}")
     if args.speed:
         return speed(args)
     return contention(args) if args.busy else run(args)
