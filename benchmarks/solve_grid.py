@@ -165,15 +165,37 @@ def run(part: str, ledger: Path, device: str, max_gflop: float, smoke: bool, onl
         print(f"{_key(shape)}: full {row['mass']} {fast} {row['seconds']} s", flush=True)
 
 
+def shortcut_corners(rows: list[dict]) -> list[list[int]]:
+    """The (tokens, width) corners within which the solve may stop once saturated: cells of the grid solved
+    in full (every shape of that many tokens and that width), where neither they nor any solved shape at or
+    below both (grid or table) ended away from the shortcut's value by more than 0.01; the largest such."""
+    solved = {(r["part"], *_key(r)) for r in rows}
+    cells: dict[tuple[int, int], list[dict]] = {}
+    for shape in grid_shapes():
+        cells.setdefault((shape["grid"][0] * shape["grid"][1], shape["width"]), []).append(shape)
+    differ = [(r["grid"][0] * r["grid"][1], r["width"]) for r in rows if abs(r["fast"] - r["mass"]) > 0.01]
+    good = [
+        cell
+        for cell, shapes in cells.items()
+        if all(("grid", *_key(shape)) in solved for shape in shapes)
+        and not any(t <= cell[0] and w <= cell[1] for t, w in differ)
+    ]
+    return sorted([t, w] for t, w in good if not any(t <= a and w <= b and (t, w) != (a, b) for a, b in good))
+
+
 def write_table(ledger: Path) -> None:
-    """The package table: every solved shape of the `table` part, its full solve's value."""
-    rows = [r for r in read_ledger(ledger) if r["part"] == "table"]
+    """The package table: every solved shape of the `table` part, its full solve's value; and the shortcut's
+    corners."""
+    rows = read_ledger(ledger)
     keys = ("kind", "grid", "width", "heads", "kernel", "eps", "mass", "reached", "models")
-    entries = sorted(({k: r[k] for k in keys} for r in rows), key=lambda e: (e["grid"], e["width"], e["heads"]))
+    table = [r for r in rows if r["part"] == "table"]
+    entries = sorted(({k: r[k] for k in keys} for r in table), key=lambda e: (e["grid"], e["width"], e["heads"]))
     about = "the paper's solve, 10,000 steps, on timm's registered ViTs: benchmarks/solve_grid.py --part table"
     lines = ",\n".join(f"  {json.dumps(entry)}" for entry in entries)  # an entry a line
-    sharpness.TABLE.write_text(f'{{"about": {json.dumps(about)},\n "entries": [\n{lines}\n]}}\n')
-    print(f"{sharpness.TABLE}: {len(entries)} shapes")
+    corners = json.dumps(shortcut_corners(rows))
+    text = f'{{"about": {json.dumps(about)},\n "shortcut": {corners},\n "entries": [\n{lines}\n]}}\n'
+    sharpness.TABLE.write_text(text)
+    print(f"{sharpness.TABLE}: {len(entries)} shapes, the shortcut within {corners} (tokens, width)")
 
 
 def write_page(ledger: Path) -> None:

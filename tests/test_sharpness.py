@@ -191,11 +191,20 @@ def test_a_long_solve_says_how_long_and_how_to_skip_it_and_shows_a_bar(cache, mo
 
 def test_the_solve_stops_once_saturated_and_the_full_solve_agrees():
     pseudo = sharpness.standard_pseudo("learned", (4, 4), 64, 1e-6)
-    fast = paper_solve(pseudo, (4, 4), 1, 3)
-    full = paper_solve(pseudo, (4, 4), 1, 3, stop_saturated=False)
+    fast = paper_solve(pseudo, (4, 4), 1, 3, stop_saturated=True)
+    full = paper_solve(pseudo, (4, 4), 1, 3)
     assert fast.saturated and fast.steps < STEPS and fast.mass >= SATURATED
     assert full.steps == STEPS and sharpness.rounded(full.mass) == sharpness.rounded(fast.mass) == 0.99
     assert full.trace[: len(fast.trace)] == fast.trace  # the same solve, stopped
+
+
+def test_the_shortcut_is_taken_only_within_the_shapes_the_full_solves_cover(monkeypatch):
+    shipped = json.loads(sharpness.TABLE.read_text())
+    for tokens, width in shipped["shortcut"]:  # what benchmarks/solve_grid.py found
+        assert sharpness.shortcut(tokens, width) and sharpness.shortcut(tokens // 2, width // 2)
+    monkeypatch.setattr(sharpness, "_SHIPPED", {**shipped, "shortcut": [[64, 384], [196, 192]]})
+    assert sharpness.shortcut(64, 192) and sharpness.shortcut(196, 64) and sharpness.shortcut(16, 384)
+    assert not sharpness.shortcut(196, 384) and not sharpness.shortcut(256, 64) and not sharpness.shortcut(64, 768)
 
 
 def test_saturation_is_a_rising_trace_at_the_threshold():

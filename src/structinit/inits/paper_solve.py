@@ -5,10 +5,9 @@ per head, Adam (lr 1e-4, 10,000 steps) on the MSE between softmax(d^-1/2 · P Q 
 0/1 shift map, P the layer-normalised position embedding, Q (D x d) and K (d x D) drawn
 uniform(±(d·heads)^-1/2), each column's norm reset to Q's initial mean every 100 steps. The solve draws
 from its own generator (seed 0) and runs on the device it is given, with every thread torch has there.
-Where it has saturated (the mass on the offset at or above SATURATED, rising), it stops: past that point
-every solve of the grid in benchmarks/solve_grid.py ended at 0.99 or more (docs/bench_solve.md). It stops
-so only within the shapes that grid has solved in full (SHORTCUT_TOKENS, SHORTCUT_WIDTH); larger ones run
-all their steps until a GPU extends the grid.
+Asked to, it stops where it has saturated (the mass on the offset at or above SATURATED, rising): past
+that point every solve of benchmarks/solve_grid.py ended at 0.99 or more (docs/bench_solve.md), and
+sharpness.py asks it to only within the shapes those solves cover.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ from ..offsets import Offset, assign_offsets, impulse_maps, target_indices
 STEPS, LR, RENORM_EVERY = 10_000, 1e-4, 100
 SATURATED = 0.995  # a check at or above it, each of the last RISING checks above the one before: 0.99 is reached
 RISING = 3
-SHORTCUT_TOKENS, SHORTCUT_WIDTH = 256, 1024  # the grid's shapes solved in full: up to 16 x 16 tokens, width 1,024
 
 
 @dataclass
@@ -55,14 +53,14 @@ def paper_solve(
     seed: int = 0,
     device: torch.device | str = "cpu",
     threads: int = 1,
-    stop_saturated: bool = True,
+    stop_saturated: bool = False,
     on_step: Callable[[int], None] | None = None,
 ) -> PaperSolve:
     """The paper's solve on `pseudo`, the (T, D) tokens of the grid's positions: random offsets of the
     f x f kernel, fitted as the paper's code fits them. On a CPU its heads are shared among `threads`
     threads of one torch thread each (a busy core then slows, not stalls, the others); `on_step(step)`
     now and then with the steps done. With `stop_saturated`, it stops once the trace shows saturation
-    (`saturated`) where `shortcut` allows."""
+    (`saturated`)."""
     generator = torch.Generator().manual_seed(seed)
     width = pseudo.shape[1]
     dim = width // heads
@@ -76,7 +74,6 @@ def paper_solve(
     column_norm, count = q.norm(dim=1).mean(), heads * pseudo.shape[0] ** 2
     shares = torch.arange(heads).tensor_split(1 if torch.device(device).type != "cpu" else min(threads, heads))
     groups = [_Heads(pseudo, q[h], k[h], target[h], index[h], valid[h], column_norm, count) for h in shares]
-    stop_saturated = stop_saturated and shortcut(*pseudo.shape)
     trace: list[float] = []
     bounds = sorted({0, min(1, steps), min(6, steps), steps, *range(RENORM_EVERY, steps, RENORM_EVERY)})
     with ThreadPoolExecutor(len(groups), initializer=torch.set_num_threads, initargs=(1,)) as pool:
@@ -126,11 +123,6 @@ class _Heads:
 def _solved(groups: list[_Heads], offsets: list[Offset], mass: float, steps: int, trace: list[float]) -> PaperSolve:
     q, k = (torch.cat([getattr(g, name).detach() for g in groups]) for name in ("q", "k"))
     return PaperSolve(q, k, offsets, mass, steps, trace)
-
-
-def shortcut(tokens: int, width: int) -> bool:
-    """Whether a solve of this shape may stop once saturated: the grid has solved such shapes in full."""
-    return tokens <= SHORTCUT_TOKENS and width <= SHORTCUT_WIDTH
 
 
 def saturated(trace: list[float]) -> bool:

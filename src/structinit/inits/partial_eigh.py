@@ -2,30 +2,36 @@
 and inverse iteration for the chosen ones), the routine scipy.linalg.eigh(subset_by_index=...) calls;
 or all of them, dsyevd.
 It is called through scipy's table of LAPACK functions (scipy.linalg.cython_lapack) by ctypes, which
-lets go of Python's lock during the call: scipy's own wrapper holds it, and mimetic's factorisations,
-run side by side on threads (threads.parallel_map), then ran one at a time (docs/bench_details.md).
-Where that table cannot be read, scipy's wrapper is used: the same numbers, one at a time.
+lets go of Python's lock: calls on two threads (mimetic's factorisations, threads.parallel_map) run side
+by side, where through scipy's own wrapper they ran one at a time (docs/bench_details.md).
+Where that table cannot be read, scipy's wrapper is used: the same numbers, one at a time. Each call runs
+on one thread of scipy's OpenBLAS (the calls run side by side instead: an OpenBLAS team beside a busy core
+stalled, 1.9 s a 768 x 768 call instead of 0.06 s).
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+from typing import Any
 
 import numpy as np
 import scipy.linalg
 from scipy.linalg import cython_lapack
+from threadpoolctl import ThreadpoolController
 
 _P = ctypes.c_void_p
 
 
 def largest_eigenpairs(a: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """The `count` largest eigenvalues of the symmetric (n, n) float64 `a`, ascending, and their
-    eigenvectors (n, count), as scipy.linalg.eigh(a, subset_by_index=[n - count, n - 1], driver="evx")."""
+    """The `count` largest eigenvalues of the symmetric (n, n) float64 `a` (its lower triangle read),
+    ascending, and their eigenvectors (n, count), as scipy.linalg.eigh(a, subset_by_index=[n - count, n - 1],
+    driver="evx")."""
     size = a.shape[0]
     routine = _lapack("dsyevx", 20)
     if routine is None:
-        return scipy.linalg.eigh(a, subset_by_index=[size - count, size - 1], driver="evx", check_finite=False)
+        with _one_thread():
+            return scipy.linalg.eigh(a, subset_by_index=[size - count, size - 1], driver="evx", check_finite=False)
     a = np.array(a, dtype=np.float64, order="F")  # overwritten by the routine
     values, vectors = np.zeros(size), np.zeros((size, count), order="F")
     iwork, ifail = np.zeros(5 * size, dtype=np.int32), np.zeros(size, dtype=np.int32)
@@ -44,20 +50,23 @@ def largest_eigenpairs(a: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarra
         )  # fmt: skip
 
     query = np.zeros(1)
-    call(query, -1)  # the workspace it wants
-    call(np.zeros(max(int(query[0]), 8 * size)), max(int(query[0]), 8 * size))
+    with _one_thread():
+        call(query, -1)  # the workspace it wants
+        call(np.zeros(max(int(query[0]), 8 * size)), max(int(query[0]), 8 * size))
     if info.value != 0 or found.value != count:
         raise np.linalg.LinAlgError(f"dsyevx failed (info {info.value}, {found.value} of {count} eigenvalues)")
     return values[:count], vectors
 
 
 def all_eigenpairs(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Every eigenvalue of the symmetric float64 `a`, ascending, and its eigenvectors: LAPACK's dsyevd
+    """Every eigenvalue of the symmetric float64 `a` (its lower triangle read), ascending, and its
+    eigenvectors: LAPACK's dsyevd
     (divide and conquer), as scipy.linalg.eigh(a, driver="evd"), without the GIL."""
     size = a.shape[0]
     routine = _lapack("dsyevd", 11)
     if routine is None:
-        return scipy.linalg.eigh(a, driver="evd", check_finite=False)
+        with _one_thread():
+            return scipy.linalg.eigh(a, driver="evd", check_finite=False)
     a = np.array(a, dtype=np.float64, order="F")  # overwritten by the eigenvectors
     values, n, info = np.zeros(size), ctypes.c_int(size), ctypes.c_int(0)
 
@@ -70,12 +79,23 @@ def all_eigenpairs(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         )  # fmt: skip
 
     query, iquery = np.zeros(1), np.zeros(1, dtype=np.int32)
-    call(query, -1, iquery, -1)
-    lwork, liwork = max(int(query[0]), 1 + 6 * size + 2 * size * size), max(int(iquery[0]), 3 + 5 * size)
-    call(np.zeros(lwork), lwork, np.zeros(liwork, dtype=np.int32), liwork)
+    with _one_thread():
+        call(query, -1, iquery, -1)
+        lwork, liwork = max(int(query[0]), 1 + 6 * size + 2 * size * size), max(int(iquery[0]), 3 + 5 * size)
+        call(np.zeros(lwork), lwork, np.zeros(liwork, dtype=np.int32), liwork)
     if info.value != 0:
         raise np.linalg.LinAlgError(f"dsyevd failed (info {info.value})")
     return values, a
+
+
+def _one_thread() -> Any:
+    """scipy's OpenBLAS held to one thread for a call (13 µs in and out)."""
+    return _openblas().limit(limits=1)
+
+
+@functools.cache
+def _openblas() -> ThreadpoolController:
+    return ThreadpoolController().select(internal_api="openblas")
 
 
 @functools.cache

@@ -26,7 +26,7 @@ from timm.layers import build_sincos2d_pos_embed
 from ..adapters.base import timm_embeddings_
 from ..cachefiles import keep, read_kept
 from ..errors import Notice
-from .paper_solve import STEPS, paper_solve, shortcut
+from .paper_solve import STEPS, paper_solve
 from .threads import available_threads
 
 DECIMALS = 2  # the solve's mass is kept to 0.01 (docs/methods.md: its spread over the solve's seeds), in [0.01, 0.99]
@@ -104,14 +104,26 @@ def table_value(pseudo: torch.Tensor, grid: tuple[int, int], heads: int, kernel_
     return None
 
 
+def shortcut(tokens: int, width: int) -> bool:
+    """Whether the solve of this shape may stop once saturated: the full solves of benchmarks/solve_grid.py
+    cover it (a shape of at most as many tokens and as wide as one of the table's "shortcut" corners:
+    every solve of that many tokens and that width ended where the shortcut did)."""
+    return any(tokens <= most_tokens and width <= widest for most_tokens, widest in _read_table()["shortcut"])
+
+
 _TABLE: list[dict] | None = None
+_SHIPPED: dict | None = None
+
+
+def _read_table() -> dict:
+    global _SHIPPED
+    if _SHIPPED is None:
+        _SHIPPED = json.loads(TABLE.read_text())
+    return _SHIPPED
 
 
 def _table() -> list[dict]:
-    global _TABLE
-    if _TABLE is None:
-        _TABLE = json.loads(TABLE.read_text())["entries"]
-    return _TABLE
+    return _read_table()["entries"] if _TABLE is None else _TABLE
 
 
 class _Solved:
@@ -125,10 +137,13 @@ def _solve(pseudo: torch.Tensor, grid: tuple[int, int], heads: int, kernel_size:
     device = SOLVE_DEVICE.get() or torch.device("cpu")
     shape = f"{pseudo.shape[0]} tokens, width {pseudo.shape[1]}, {heads} heads, kernel {kernel_size}"
     start = time.perf_counter()
-    stops = "; stops early once saturated" if shortcut(*pseudo.shape) else ""
+    stops = shortcut(*pseudo.shape)
+    what = shape + ("; stops early once saturated" if stops else "")
     threads = min(heads, available_threads()) if device.type == "cpu" else 1
-    with _progress(shape + stops, device, threads, path) as on_step:
-        solve = paper_solve(pseudo, grid, heads, kernel_size, device=device, threads=threads, on_step=on_step)
+    with _progress(what, device, threads, path) as on_step:
+        solve = paper_solve(
+            pseudo, grid, heads, kernel_size, device=device, threads=threads, stop_saturated=stops, on_step=on_step
+        )
     return _Solved(solve.mass, solve.steps, time.perf_counter() - start)
 
 

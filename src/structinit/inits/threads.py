@@ -10,7 +10,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
-from threadpoolctl import threadpool_limits
 
 # the threads torch had before one_torch_thread: parallel_map's pool size
 _WORKERS: contextvars.ContextVar[int | None] = contextvars.ContextVar("init_workers", default=None)
@@ -45,6 +44,6 @@ def parallel_map(function: Callable[[Any], Any], items: Iterable[Any]) -> list[A
     workers = max(1, available_threads())
     # a new thread starts at the process's default thread count, not the caller's one: without this each
     # worker's LAPACK call ran on every core beside the others, and its result depended on who won
-    # and scipy's BLAS (partial_eigh.py, imported before this limit) on one thread an op too
-    with threadpool_limits(1), ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
+    # (scipy's BLAS, partial_eigh.py, holds itself to one thread a call)
+    with ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
         return list(pool.map(function, items))
