@@ -8,6 +8,7 @@ import contextlib
 import time
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -84,10 +85,9 @@ def initialize(
         with _on_cpu(model), one_torch_thread():
             report = _initialize(model, method, kernel_size, seed, given)
         failed = ""
-    except torch.linalg.LinAlgError as error:  # a solve on numbers an option made non-finite
+    except (torch.linalg.LinAlgError, np.linalg.LinAlgError) as error:  # a solve on numbers an option spoilt
         report, failed = None, f" ({first_line(error)})"
-    with one_torch_thread():  # a sum a tensor: one thread each is fastest, and not held up by a busy core
-        bad = _not_finite(model)
+    bad = _not_finite(model)
     if bad or failed:
         listed = f"{len(bad)} tensor(s) not finite ({', '.join(bad[:3])})" if bad else "non-finite numbers"
         raise ValueError(
@@ -102,7 +102,8 @@ def _not_finite(model: nn.Module) -> list[str]:
     if not isinstance(model, nn.Module):
         return []
     tensors = (*model.named_parameters(), *model.named_buffers())
-    return [name for name, t in tensors if t.is_floating_point() and not _finite(t)]
+    with one_torch_thread():  # a sum a tensor: one thread each is fastest, and not held up by a busy core
+        return [name for name, t in tensors if t.is_floating_point() and not _finite(t)]
 
 
 def _finite(tensor: torch.Tensor) -> bool:
