@@ -6,8 +6,9 @@
 2. The eigenpairs behind mimetic's factors since 0.3.1 (inits/partial_eigh.py): 12 heads' top 64 of a
    768x768 Gram matrix, one after another and on two threads (as mimetic's workers run them), by torch's
    eigh of all of them (float32: 0.2; float64: 0.3.0), scipy's dsyevx wrapper and structinit's ctypes call.
-3. What `blind_to_content` does: first-layer fidelity of the sharp impulse init (impulse) on CIFAR-10 test images
-   (64, from ../shared/datasets/cifar10) for the 32 px / patch-4 ViTs, with it on and off.
+3. What `blind_to_content` does: first-layer fidelity of the sharp impulse init (labels.BUNDLE, `impulse`
+   before 0.3) on CIFAR-10 test images (64, from ../shared/datasets/cifar10) for the 32 px / patch-4 ViTs,
+   with it on and off.
 
     .venv/bin/python benchmarks/bench_details.py          # about a minute on 2 cores
 """
@@ -30,6 +31,7 @@ import structinit
 from bench_init import load_images, prepare
 from structinit.adapters import get_adapter
 from structinit.fidelity import layer_inputs
+from structinit.inits.labels import BUNDLE
 from structinit.inits.partial_eigh import largest_eigenpairs
 from structinit.offsets import offset_mass
 
@@ -102,7 +104,7 @@ def content_blindness(images: torch.Tensor) -> None:
             model = timm.create_model(
                 "vit_tiny_patch16_224", img_size=32, patch_size=4, depth=6, embed_dim=dim, num_heads=heads
             )
-            report = structinit.initialize(model, "impulse", seed=0, blind_to_content=blind)
+            report = structinit.initialize(model, BUNDLE, seed=0, blind_to_content=blind)  # the sharp form
             adapter = get_adapter(model)
             layer = adapter.layers()[0]
             with torch.no_grad():

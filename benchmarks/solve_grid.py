@@ -106,7 +106,8 @@ def solve(shape: dict, device: str) -> dict:
     pseudo = sharpness.standard_pseudo(shape["kind"], tuple(shape["grid"]), shape["width"], shape["eps"])
     start = time.perf_counter()
     grid = tuple(shape["grid"])
-    out = paper_solve(pseudo, grid, shape["heads"], shape["kernel"], device=device, stop_saturated=False)
+    threads = torch.get_num_threads()  # its heads on that many threads: the same value at any count
+    out = paper_solve(pseudo, grid, shape["heads"], shape["kernel"], device=device, threads=threads)
     if device.startswith("cuda"):
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start

@@ -26,7 +26,7 @@ def pytest_configure(config):
 
 @pytest.fixture(autouse=True, scope="session")
 def _own_solve_cache(tmp_path_factory):
-    """`impulse`'s solved sharpness (inits/paper_solve.py) kept in the run's own folder, not ~/.cache, one
+    """`impulse`'s solved sharpness (inits/sharpness.py) kept in the run's own folder, not ~/.cache, one
     for both xdist workers (each value is solved once a run)."""
     root = tmp_path_factory.getbasetemp()
     folder = (root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root) / "structinit-cache"

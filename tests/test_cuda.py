@@ -84,3 +84,23 @@ def test_ddp_with_nccl_on_one_gpu(tmp_path):
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1", "-m", "structinit", "train"]
     done = subprocess.run([*command, *FLAGS, "--epochs", "1", "--device", "cuda", "--out", str(run)], env=env)
     assert done.returncode == 0 and (run / "summary.json").exists()
+
+
+@cuda
+def test_the_papers_solve_on_the_gpu_reaches_the_cpus_value(tmp_path, monkeypatch):
+    """A model on the GPU has its sharpness solved there (inits/sharpness.py): the value the CPU's solve
+    reaches, to the solve's precision."""
+    from structinit.inits import sharpness
+    from structinit.inits.paper_solve import paper_solve
+    from structinit.models import create_model
+
+    pseudo = sharpness.standard_pseudo("sincos", (8, 8), 192, 1e-6)
+    on_cpu = paper_solve(pseudo, (8, 8), 12, 3)
+    on_gpu = paper_solve(pseudo, (8, 8), 12, 3, device="cuda")
+    assert abs(on_gpu.mass - on_cpu.mass) < 0.005
+    monkeypatch.setenv("STRUCTINIT_CACHE", str(tmp_path))
+    monkeypatch.setattr(sharpness, "_TABLE", [])  # solved, not found in the table
+    model = create_model("vit_digits", num_classes=10, in_chans=3, data_size=None).cuda()
+    report = structinit.initialize(model, "impulse", seed=0)
+    assert report.source["target_fidelity"] == "0.64 (what the paper's solve reaches here; solved here)"
+    assert next(model.parameters()).is_cuda

@@ -402,8 +402,8 @@ def test_balanced_factors_do_not_depend_on_the_signs_lapack_returns(monkeypatch)
     largest, every = solvers.largest_eigenpairs, solvers.all_eigenpairs
 
     def flipped(eigenpairs):  # another LAPACK build: the same eigenvectors, some with the other sign
-        def flipping(a, *count):
-            values, vectors = eigenpairs(a, *count)
+        def flipping(a, **options):
+            values, vectors = eigenpairs(a, **options)
             return values, vectors * np.array([1.0, -1.0] * 6)[: vectors.shape[1]]
 
         return flipping

@@ -75,7 +75,8 @@ def paper_solve(
     shares = torch.arange(heads).tensor_split(1 if torch.device(device).type != "cpu" else min(threads, heads))
     groups = [_Heads(pseudo, q[h], k[h], target[h], index[h], valid[h], column_norm, count) for h in shares]
     trace: list[float] = []
-    bounds = sorted({0, min(1, steps), min(6, steps), steps, *range(RENORM_EVERY, steps, RENORM_EVERY)})
+    # the threads meet at every check and every 10 steps (an interrupt waits for 10 steps at most)
+    bounds = sorted({0, min(1, steps), min(6, steps), steps, *range(10, steps, 10)})
     with ThreadPoolExecutor(len(groups), initializer=torch.set_num_threads, initargs=(1,)) as pool:
         for start, stop in pairwise(bounds):
             measured = start > 0 and start % RENORM_EVERY == 0  # a check: the masses before this step

@@ -23,16 +23,16 @@ from threadpoolctl import ThreadpoolController
 _P = ctypes.c_void_p
 
 
-def largest_eigenpairs(a: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """The `count` largest eigenvalues of the symmetric (n, n) float64 `a` (its lower triangle read),
-    ascending, and their eigenvectors (n, count), as scipy.linalg.eigh(a, subset_by_index=[n - count, n - 1],
-    driver="evx")."""
+def largest_eigenpairs(a: np.ndarray, count: int, overwrite: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """The `count` largest eigenvalues of the symmetric (n, n) float64 `a` (its lower triangle read; with
+    `overwrite`, spoilt), ascending, and their eigenvectors (n, count), as
+    scipy.linalg.eigh(a, subset_by_index=[n - count, n - 1], driver="evx")."""
     size = a.shape[0]
     routine = _lapack("dsyevx", 20)
     if routine is None:
         with _one_thread():
-            return scipy.linalg.eigh(a, subset_by_index=[size - count, size - 1], driver="evx", check_finite=False)
-    a = np.array(a, dtype=np.float64, order="F")  # overwritten by the routine
+            return scipy.linalg.eigh(a.T, lower=False, subset_by_index=[size - count, size - 1], driver="evx")
+    a = _buffer(a, overwrite)
     values, vectors = np.zeros(size), np.zeros((size, count), order="F")
     iwork, ifail = np.zeros(5 * size, dtype=np.int32), np.zeros(size, dtype=np.int32)
     ints = {name: ctypes.c_int(value) for name, value in dict(n=size, il=size - count + 1, iu=size).items()}
@@ -41,7 +41,7 @@ def largest_eigenpairs(a: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarra
 
     def call(work: np.ndarray, lwork: int) -> None:
         routine(
-            *(ctypes.byref(ctypes.c_char(flag)) for flag in (b"V", b"I", b"L")),
+            *(ctypes.byref(ctypes.c_char(flag)) for flag in (b"V", b"I", b"U")),
             ctypes.byref(ints["n"]), a.ctypes.data_as(_P), ctypes.byref(ints["n"]),
             ctypes.byref(bounds[0]), ctypes.byref(bounds[1]), ctypes.byref(ints["il"]), ctypes.byref(ints["iu"]),
             ctypes.byref(bounds[2]), ctypes.byref(found), values.ctypes.data_as(_P), vectors.ctypes.data_as(_P),
@@ -58,21 +58,21 @@ def largest_eigenpairs(a: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarra
     return values[:count], vectors
 
 
-def all_eigenpairs(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Every eigenvalue of the symmetric float64 `a` (its lower triangle read), ascending, and its
-    eigenvectors: LAPACK's dsyevd
-    (divide and conquer), as scipy.linalg.eigh(a, driver="evd"), without the GIL."""
+def all_eigenpairs(a: np.ndarray, overwrite: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Every eigenvalue of the symmetric float64 `a` (its lower triangle read; with `overwrite`, spoilt),
+    ascending, and its eigenvectors: LAPACK's dsyevd (divide and conquer), as scipy.linalg.eigh(a,
+    driver="evd"), without the GIL."""
     size = a.shape[0]
     routine = _lapack("dsyevd", 11)
     if routine is None:
         with _one_thread():
-            return scipy.linalg.eigh(a, driver="evd", check_finite=False)
-    a = np.array(a, dtype=np.float64, order="F")  # overwritten by the eigenvectors
+            return scipy.linalg.eigh(a.T, lower=False, driver="evd")  # the same call as below
+    a = _buffer(a, overwrite)  # overwritten by the eigenvectors, column by column
     values, n, info = np.zeros(size), ctypes.c_int(size), ctypes.c_int(0)
 
     def call(work: np.ndarray, lwork: int, iwork: np.ndarray, liwork: int) -> None:
         routine(
-            ctypes.byref(ctypes.c_char(b"V")), ctypes.byref(ctypes.c_char(b"L")), ctypes.byref(n),
+            ctypes.byref(ctypes.c_char(b"V")), ctypes.byref(ctypes.c_char(b"U")), ctypes.byref(n),
             a.ctypes.data_as(_P), ctypes.byref(n), values.ctypes.data_as(_P), work.ctypes.data_as(_P),
             ctypes.byref(ctypes.c_int(lwork)), iwork.ctypes.data_as(_P), ctypes.byref(ctypes.c_int(liwork)),
             ctypes.byref(info),
@@ -85,7 +85,15 @@ def all_eigenpairs(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         call(np.zeros(lwork), lwork, np.zeros(liwork, dtype=np.int32), liwork)
     if info.value != 0:
         raise np.linalg.LinAlgError(f"dsyevd failed (info {info.value})")
-    return values, a
+    return values, a.T
+
+
+def _buffer(a: np.ndarray, overwrite: bool) -> np.ndarray:
+    """`a` row by row, for LAPACK to overwrite: its column-major view is a's transpose, whose upper triangle
+    ("U") is a's lower one. `a` itself where it may be (no copy of a 768 x 768 matrix a head)."""
+    if overwrite and a.dtype == np.float64 and a.flags.c_contiguous and a.flags.writeable:
+        return a
+    return np.array(a, dtype=np.float64, order="C")
 
 
 def _one_thread() -> Any:

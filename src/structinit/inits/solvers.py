@@ -16,6 +16,7 @@ real images is measured by benchmarks/bench_init.py.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -220,7 +221,7 @@ def balanced_factors(m: torch.Tensor, rank: int | None = None) -> tuple[torch.Te
     """
     rank = rank or m.shape[-2]
     m = m.double()
-    evals, evecs = top_eigenpairs(lower_gram(m), rank)
+    evals, evecs = top_eigenpairs(lower_gram(m), rank, overwrite=True)
     (evecs,) = fixed_signs(evecs)
     root = evals.clamp_min(evals[..., :1] * 1e-12).sqrt().sqrt()  # S^(1/2)
     left = evecs * root.unsqueeze(-2)
@@ -240,16 +241,18 @@ def lower_gram(m: torch.Tensor) -> torch.Tensor:
     return gram
 
 
-def top_eigenpairs(a: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The `rank` largest eigenvalues (..., r) of symmetric float64 matrices (their lower triangles read)
-    and their eigenvectors (..., n, r), largest first, by LAPACK through partial_eigh.py: fewer than all,
-    only those, at float64 in the time torch's float32 eigh takes for all of them (docs/bench_details.md)."""
+def top_eigenpairs(a: torch.Tensor, rank: int, overwrite: bool = False) -> tuple[torch.Tensor, ...]:
+    """The `rank` largest eigenvalues (..., r) of symmetric float64 matrices (their lower triangles read;
+    with `overwrite`, spoilt) and their eigenvectors (..., n, r), largest first, by LAPACK through
+    partial_eigh.py: fewer than all, only those, at float64 in the time torch's float32 eigh takes for all
+    of them (docs/bench_details.md)."""
     size = a.shape[-1]
     rank = min(rank, size)
-    solve = all_eigenpairs if rank == size else lambda one: largest_eigenpairs(one, rank)
-    pairs = [solve(one) for one in a.reshape(-1, size, size).numpy()]
-    evals = torch.from_numpy(np.stack([values[::-1] for values, _ in pairs]))
-    evecs = torch.from_numpy(np.stack([vectors[:, ::-1] for _, vectors in pairs]))
+    solve = all_eigenpairs if rank == size else functools.partial(largest_eigenpairs, count=rank)
+    pairs = [solve(one, overwrite=overwrite) for one in a.reshape(-1, size, size).numpy()]
+    stack = np.stack if len(pairs) > 1 else lambda arrays: arrays[0][None]  # one matrix: no copy
+    evals = torch.from_numpy(stack([values for values, _ in pairs])).flip(-1)
+    evecs = torch.from_numpy(stack([vectors for _, vectors in pairs])).flip(-1)
     return evals.reshape(*a.shape[:-2], rank), evecs.reshape(*a.shape[:-1], rank)
 
 
