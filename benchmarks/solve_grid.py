@@ -208,7 +208,8 @@ def write_page(ledger: Path) -> None:
     stopped = [r for r in grid if r["fast_steps"] < STEPS]
     pending = len(grid_shapes()) - len(grid)
     lines = [
-        f"{len(grid)} of the grid's {len(grid) + pending} shapes solved in full ({pending} left for a GPU); the "
+        f"{len(grid)} of the grid's {len(grid) + pending} shapes solved in full ({pending} not yet: the script "
+        "resumes, cheapest first; the large ones need a GPU); the "
         f"shortcut stopped {len(stopped)} of them early, and differs from the full solve by more than 0.01 on "
         f"{len(differ)}.",
         "",

@@ -246,3 +246,10 @@ def test_the_table_matches_the_pseudo_input_itself():
     assert sharpness.table_value(pseudo, (8, 8), 3, 5) is None  # another kernel
     other_eps = sharpness.standard_pseudo("learned", (8, 8), 192, 1e-5)
     assert sharpness.table_value(other_eps, (8, 8), 3, 3) is None
+
+
+def test_the_solve_reaches_the_same_mass_at_any_thread_count():
+    """Its heads shared among threads (each of one torch thread): every head's arithmetic is the same."""
+    pseudo = sharpness.standard_pseudo("sincos", (4, 4), 64, 1e-6)
+    masses = {threads: paper_solve(pseudo, (4, 4), 4, 3, steps=500, threads=threads).mass for threads in (1, 2, 3)}
+    assert masses[1] == masses[2] == masses[3], masses
