@@ -147,7 +147,9 @@ def read_ledger(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
-def run(part: str, ledger: Path, device: str, max_gflop: float, smoke: bool, only: list[str]) -> None:
+def run(
+    part: str, ledger: Path, device: str, max_gflop: float, max_tokens: float, smoke: bool, only: list[str]
+) -> None:
     done = {(row["part"], *_key(row)) for row in read_ledger(ledger)}
     shapes = grid_shapes() if part == "grid" else table_shapes()
     if only:
@@ -155,9 +157,11 @@ def run(part: str, ledger: Path, device: str, max_gflop: float, smoke: bool, onl
     if smoke:
         shapes = [s for s in shapes if s["grid"] == [4, 4] and s["width"] == 64][:2]
     todo = sorted((s for s in shapes if (part, *_key(s)) not in done), key=gflop)
-    skipped = [s for s in todo if gflop(s) > max_gflop]
-    todo = [s for s in todo if gflop(s) <= max_gflop]
-    print(f"{part}: {len(shapes)} shapes, {len(done)} solved, {len(todo)} to solve, {len(skipped)} over --max-gflop")
+    skipped = [s for s in todo if gflop(s) > max_gflop or s["grid"][0] * s["grid"][1] > max_tokens]
+    todo = [s for s in todo if s not in skipped]
+    print(
+        f"{part}: {len(shapes)} shapes, {len(done)} solved, {len(todo)} to solve, {len(skipped)} over --max-gflop or --max-tokens"
+    )
     for shape in todo:
         row = {"part": part, **solve(shape, device)}
         with ledger.open("a") as f:
@@ -243,6 +247,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--max-gflop", type=float, default=float("inf"), help="leave larger shapes (for a GPU)")
+    parser.add_argument("--max-tokens", type=float, default=float("inf"), help="leave shapes of more tokens")
     parser.add_argument("--only", default="", help="the table's shapes of these models (comma-separated) alone")
     parser.add_argument("--smoke", action="store_true", help="two tiny shapes (CI)")
     parser.add_argument("--write", action="store_true", help="write the package table and docs/bench_solve.md")
@@ -250,7 +255,8 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.part:
-        run(args.part, args.ledger, args.device, args.max_gflop, args.smoke, [n for n in args.only.split(",") if n])
+        only = [n for n in args.only.split(",") if n]
+        run(args.part, args.ledger, args.device, args.max_gflop, args.max_tokens, args.smoke, only)
     if args.write:
         write_table(args.ledger)
         write_page(args.ledger)
