@@ -159,9 +159,8 @@ def run(
     todo = sorted((s for s in shapes if (part, *_key(s)) not in done), key=gflop)
     skipped = [s for s in todo if gflop(s) > max_gflop or s["grid"][0] * s["grid"][1] > max_tokens]
     todo = [s for s in todo if s not in skipped]
-    print(
-        f"{part}: {len(shapes)} shapes, {len(done)} solved, {len(todo)} to solve, {len(skipped)} over --max-gflop or --max-tokens"
-    )
+    done = {key for key in done if key[0] == part}
+    print(f"{part}: {len(shapes)} shapes, {len(done)} solved, {len(todo)} to solve, {len(skipped)} left by the limits")
     for shape in todo:
         row = {"part": part, **solve(shape, device)}
         with ledger.open("a") as f:
