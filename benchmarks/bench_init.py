@@ -142,13 +142,15 @@ def speed_of_one(name: str, methods: list[str]) -> list[dict]:
         method, options = METHODS.get(label, ("impulse", {}))
         with tempfile.TemporaryDirectory() as cache:
             os.environ["STRUCTINIT_CACHE"] = cache
-            table, sharpness._TABLE = sharpness._TABLE, ([] if label == TABLE_OFF else None)
+            lookup = sharpness.table_value
+            if label == TABLE_OFF:
+                sharpness.table_value = lambda *shape: None
             times, report = [], None
             for seed in range(3):
                 start = time.perf_counter()
                 report = structinit.initialize(model, method, seed=seed, **options)
                 times.append(time.perf_counter() - start)
-            sharpness._TABLE = table
+            sharpness.table_value = lookup
         found = report.source.get("target_fidelity", "").partition("; ")[2].rstrip(")")
         rows.append(
             dict(

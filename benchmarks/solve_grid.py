@@ -24,6 +24,7 @@ from pathlib import Path
 
 import timm
 import torch
+from timm.models.vision_transformer import VisionTransformer
 
 from structinit.adapters.base import is_sincos_table
 from structinit.inits import sharpness
@@ -74,8 +75,6 @@ def table_shapes() -> list[dict]:
 
 
 def _add(found: dict, name: str, model: torch.nn.Module) -> None:
-    from timm.models.vision_transformer import VisionTransformer
-
     if not isinstance(model, VisionTransformer) or model.pos_embed is None or not hasattr(model.blocks[0], "attn"):
         return
     norm = model.blocks[0].norm1

@@ -4,7 +4,7 @@ The paper's sin-cos numbers come from github osiriszjq/structured_init (9c2d0e0)
 per head, Adam (lr 1e-4, 10,000 steps) on the MSE between softmax(d^-1/2 · P Q K^T P^T) and the head's
 0/1 shift map, P the layer-normalised position embedding, Q (D x d) and K (d x D) drawn
 uniform(±(d·heads)^-1/2), each column's norm reset to Q's initial mean every 100 steps. The solve draws
-from its own generator (seed 0) and runs on the device it is given, with every thread torch has there.
+from its own generator (seed 0) and runs on the device it is given (on a CPU, its heads shared among threads).
 Asked to, it stops where it has saturated (the mass on the offset at or above SATURATED, rising): past
 that point every solve of benchmarks/solve_grid.py ended at 0.99 or more (docs/bench_solve.md), and
 sharpness.py asks it to only within the shapes those solves cover.
@@ -19,7 +19,7 @@ from itertools import pairwise
 
 import torch
 
-from ..offsets import Offset, assign_offsets, impulse_maps, target_indices
+from ..offsets import Offset, assign_offsets, impulse_maps, offset_mass
 
 STEPS, LR, RENORM_EVERY = 10_000, 1e-4, 100
 SATURATED = 0.995  # a check at or above it, each of the last RISING checks above the one before: 0.99 is reached
@@ -70,10 +70,12 @@ def paper_solve(
     k = (2 * torch.rand(heads, dim, width, generator=generator) - 1) * bound
     pseudo, q, k = (t.to(device) for t in (pseudo.float(), q, k))
     target = impulse_maps(offsets, grid).to(device)
-    index, valid = (t.to(device) for t in target_indices(offsets, grid))
     column_norm, count = q.norm(dim=1).mean(), heads * pseudo.shape[0] ** 2
     shares = torch.arange(heads).tensor_split(1 if torch.device(device).type != "cpu" else min(threads, heads))
-    groups = [_Heads(pseudo, q[h], k[h], target[h], index[h], valid[h], column_norm, count) for h in shares]
+    groups = [
+        _Heads(pseudo, q[h], k[h], target[h], [offsets[i] for i in h.tolist()], grid, column_norm, count)
+        for h in shares
+    ]
     trace: list[float] = []
     # the threads meet at every check and every 10 steps (an interrupt waits for 10 steps at most)
     bounds = sorted({0, min(1, steps), min(6, steps), steps, *range(10, steps, 10)})
@@ -83,20 +85,20 @@ def paper_solve(
             if measured:
                 trace.append(sum(pool.map(lambda group: group.measure(start), groups)) / heads)  # noqa: B023
                 if stop_saturated and saturated(trace):
-                    return _solved(groups, offsets, trace[-1], start, trace)
+                    return PaperSolve(*_joined(groups), offsets, trace[-1], start, trace)
             list(pool.map(lambda group: group.advance(start, stop, measured), groups))  # noqa: B023
             if on_step is not None:
                 on_step(stop)
-    solve = _solved(groups, offsets, 0.0, steps, trace)
-    solve.mass = _mass(solved_maps(pseudo, solve.q, solve.k), index, valid)
-    return solve
+    q, k = _joined(groups)
+    mass = float(offset_mass(solved_maps(pseudo, q, k).unsqueeze(0), offsets, grid, 0).mean())
+    return PaperSolve(q, k, offsets, mass, steps, trace)
 
 
 class _Heads:
     """A share of the heads, with its own Adam (elementwise, so it steps as the whole would)."""
 
-    def __init__(self, pseudo, q, k, target, index, valid, column_norm, count) -> None:
-        self.pseudo, self.q, self.k, self.target, self.index, self.valid = pseudo, q, k, target, index, valid
+    def __init__(self, pseudo, q, k, target, offsets, grid, column_norm, count) -> None:
+        self.pseudo, self.q, self.k, self.target, self.offsets, self.grid = pseudo, q, k, target, offsets, grid
         self.column_norm, self.count = column_norm, count
         self.optimizer = torch.optim.Adam([q, k], lr=LR)  # fed the MSE's gradients written out: half autograd's time
 
@@ -110,8 +112,7 @@ class _Heads:
     def measure(self, step: int) -> float:
         """The gradients of `step` and the sum over these heads of the mass on their offsets."""
         maps = self._gradients(step)
-        mass = maps.gather(-1, self.index.unsqueeze(-1)).squeeze(-1)
-        return float(((mass * self.valid).sum(-1) / self.valid.sum(-1).clamp_min(1)).sum())
+        return float(offset_mass(maps.unsqueeze(0), self.offsets, self.grid, 0).sum())
 
     def advance(self, start: int, stop: int, measured: bool) -> None:
         """Steps start..stop-1 (the gradients of `start` already taken where `measured`)."""
@@ -121,9 +122,9 @@ class _Heads:
             self.optimizer.step()
 
 
-def _solved(groups: list[_Heads], offsets: list[Offset], mass: float, steps: int, trace: list[float]) -> PaperSolve:
-    q, k = (torch.cat([getattr(g, name).detach() for g in groups]) for name in ("q", "k"))
-    return PaperSolve(q, k, offsets, mass, steps, trace)
+def _joined(groups: list[_Heads]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Q and K of every head, in order."""
+    return torch.cat([g.q for g in groups]), torch.cat([g.k for g in groups])
 
 
 def saturated(trace: list[float]) -> bool:
@@ -144,12 +145,6 @@ def _mse_gradients(
     d_maps = (2.0 / count) * (maps - target)
     d_logits = scale * maps * (d_maps - (d_maps * maps).sum(-1, keepdim=True))
     return pseudo.T @ (d_logits @ keys.transpose(-1, -2)), (queries.transpose(-1, -2) @ d_logits) @ pseudo, maps
-
-
-def _mass(maps: torch.Tensor, index: torch.Tensor, valid: torch.Tensor) -> float:
-    """The mean mass the maps put on each head's offset, over valid queries."""
-    mass = maps.gather(-1, index.unsqueeze(-1)).squeeze(-1)
-    return float(((mass * valid).sum(-1) / valid.sum(-1).clamp_min(1)).mean())
 
 
 def solved_maps(pseudo: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import hashlib
 import json
 import os
@@ -26,7 +27,7 @@ from timm.layers import build_sincos2d_pos_embed
 from ..adapters.base import timm_embeddings_
 from ..cachefiles import keep, read_kept
 from ..errors import Notice
-from .paper_solve import STEPS, paper_solve
+from .paper_solve import STEPS, PaperSolve, paper_solve
 from .threads import available_threads
 
 DECIMALS = 2  # the solve's mass is kept to 0.01 (docs/methods.md: its spread over the solve's seeds), in [0.01, 0.99]
@@ -58,9 +59,9 @@ def paper_sharpness(pseudo: torch.Tensor, grid: tuple[int, int], heads: int, ker
     if why or kept is not None:
         why = why or f"{path} holds no sharpness the solve writes ({json.dumps(kept)[:40]})"
         warnings.warn(f"impulse: {why}: solved again", Notice, stacklevel=3)
-    solve = _solve(pseudo, grid, heads, kernel_size, path)
+    solve, seconds = _solve(pseudo, grid, heads, kernel_size, path)
     value = rounded(solve.mass)
-    record = {"mass": value, "reached": round(solve.mass, 6), "steps": solve.steps, "seconds": solve.seconds}
+    record = {"mass": value, "reached": round(solve.mass, 6), "steps": solve.steps, "seconds": round(seconds, 2)}
     why = keep(path, record)
     if why:
         warnings.warn(f"impulse: {value} not kept ({why}); impulse[target_fidelity={value}] skips the solve", Notice, 3)
@@ -94,7 +95,7 @@ def standard_pseudo(kind: str, grid: tuple[int, int], width: int, eps: float) ->
 
 def table_value(pseudo: torch.Tensor, grid: tuple[int, int], heads: int, kernel_size: int) -> float | None:
     """The shipped table's value for this pseudo input (equal to its entry's standard one within 1e-4)."""
-    for entry in _table():
+    for entry in _shipped()["entries"]:
         same = (entry["grid"], entry["width"], entry["heads"], entry["kernel"])
         if same != ([*grid], pseudo.shape[1], heads, kernel_size) or pseudo.shape[0] != grid[0] * grid[1]:
             continue
@@ -108,32 +109,19 @@ def shortcut(tokens: int, width: int) -> bool:
     """Whether the solve of this shape may stop once saturated: the full solves of benchmarks/solve_grid.py
     cover it (a shape of at most as many tokens and as wide as one of the table's "shortcut" corners:
     every solve of that many tokens and that width ended where the shortcut did)."""
-    return any(tokens <= most_tokens and width <= widest for most_tokens, widest in _read_table()["shortcut"])
+    return any(tokens <= most_tokens and width <= widest for most_tokens, widest in _shipped()["shortcut"])
 
 
-_TABLE: list[dict] | None = None
-_SHIPPED: dict | None = None
+@functools.cache
+def _shipped() -> dict:
+    """The shipped table: its entries and the shortcut's corners, read once."""
+    return json.loads(TABLE.read_text())
 
 
-def _read_table() -> dict:
-    global _SHIPPED
-    if _SHIPPED is None:
-        _SHIPPED = json.loads(TABLE.read_text())
-    return _SHIPPED
-
-
-def _table() -> list[dict]:
-    return _read_table()["entries"] if _TABLE is None else _TABLE
-
-
-class _Solved:
-    """A solve's outcome and its seconds."""
-
-    def __init__(self, mass: float, steps: int, seconds: float) -> None:
-        self.mass, self.steps, self.seconds = mass, steps, round(seconds, 2)
-
-
-def _solve(pseudo: torch.Tensor, grid: tuple[int, int], heads: int, kernel_size: int, path: Path) -> _Solved:
+def _solve(
+    pseudo: torch.Tensor, grid: tuple[int, int], heads: int, kernel_size: int, path: Path
+) -> tuple[PaperSolve, float]:
+    """The paper's solve of this pseudo input, and its seconds."""
     device = SOLVE_DEVICE.get() or torch.device("cpu")
     shape = f"{pseudo.shape[0]} tokens, width {pseudo.shape[1]}, {heads} heads, kernel {kernel_size}"
     start = time.perf_counter()
@@ -144,7 +132,7 @@ def _solve(pseudo: torch.Tensor, grid: tuple[int, int], heads: int, kernel_size:
         solve = paper_solve(
             pseudo, grid, heads, kernel_size, device=device, threads=threads, stop_saturated=stops, on_step=on_step
         )
-    return _Solved(solve.mass, solve.steps, time.perf_counter() - start)
+    return solve, time.perf_counter() - start
 
 
 @contextlib.contextmanager
