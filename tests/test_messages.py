@@ -342,3 +342,15 @@ def test_the_library_takes_the_seeds_the_command_line_takes(seed):
     with pytest.raises(ValueError, match=r"seed must lie in 0\.\.4294967295"):
         build_model("vit_digits", InitSpec.parse("impulse"), seed, num_classes=10, in_chans=1, data_size=8)
     initialize(model, "impulse", seed=2**32 - 1)  # the largest seed, as on the command line
+
+
+def test_a_note_is_shown_in_full_on_one_line_and_a_library_warning_without_its_source_line():
+    import warnings
+
+    from structinit.errors import PACKAGE, Notice, one_line_warning
+
+    long = "the paper's solve of this shape takes about 3 minutes here; " * 5 + "target_fidelity=X skips it"
+    shown = one_line_warning(Notice(long), Notice, str(PACKAGE / "inits" / "sharpness.py"), 1)
+    assert shown == f"structinit: note: {long.strip()}\n"
+    other = one_line_warning(UserWarning("slow"), UserWarning, warnings.__file__, 1, line="source()")
+    assert "slow" in other and "source()" not in other and other.count("\n") == 1

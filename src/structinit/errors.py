@@ -31,9 +31,10 @@ def quoted(value: object, limit: int = 80) -> str:
 
 
 def one_line_warning(message, category, filename, lineno, line=None) -> str:  # type: ignore[no-untyped-def]
-    """warnings.formatwarning for the command and its workers: structinit's own warnings as one line
-    (`structinit: note: ...` for a Notice), those of other libraries as Python shows them."""
+    """warnings.formatwarning for the command and its workers: structinit's own warnings in full on
+    one line (`structinit: note: ...` for a Notice; the terminal wraps it), those of other libraries as
+    Python shows them, less the library's source line."""
     if not Path(filename).resolve().is_relative_to(PACKAGE):
-        return _format_warning(message, category, filename, lineno, line)
+        return _format_warning(message, category, filename, lineno, line="")
     kind = "note" if issubclass(category, Notice) else "warning"
-    return f"structinit: {kind}: {first_line(message)}\n"
+    return f"structinit: {kind}: {' '.join(str(message).split())}\n"

@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 
 from ..training.setting import int_list
-from .parser import add_train_arguments, train_config
+from .parser import add_train_arguments, file_values, train_config, train_values
 
 
 def add_choose_command(commands: argparse._SubParsersAction) -> None:
@@ -35,14 +35,16 @@ def add_choose_command(commands: argparse._SubParsersAction) -> None:
         help="the structured init to test (default: the paper's form, the Q/K alone on PyTorch's base)",
     )
     common("--parallel", "--jobs", type=int, default=1, metavar="K", help="K runs at once (default: 1)")
+    groups["run"].add_argument(
+        "--rerun", action="store_true", help="train again (from scratch) run directories made with another recipe"
+    )
     choose.set_defaults(out="runs/choose")
 
 
 def run_choose(args: argparse.Namespace) -> int:
-    from ..studies.choose import STRUCTURED, choose
+    from ..studies.choose import STRUCTURED, check_minutes, check_structured, choose
 
-    if args.minutes <= 0:
-        raise ValueError(f"--minutes must be > 0, got {args.minutes}")
+    check_minutes(args.minutes)
     if args.parallel < 1:
         raise ValueError(f"--parallel must be >= 1, got {args.parallel}")
     base = train_config(args)
@@ -52,12 +54,26 @@ def run_choose(args: argparse.Namespace) -> int:
             raise ValueError("--per-class: choose trains at one subset size; give one K")
         base = dataclasses.replace(base, per_class=sizes[0])
     seeds = int_list(args.seeds, "--seeds")
-    structured = args.structured or STRUCTURED
-    choice = choose(base, args.minutes, seeds, args.out, structured, args.parallel, epochs=args.epochs)
-    row, config = choice.rows[0], choice.config
+    structured = check_structured(args.structured or STRUCTURED)
+    asked = {**file_values(args), **train_values(args)}
+    choice = choose(
+        base,
+        args.minutes,
+        seeds,
+        args.out,
+        structured,
+        args.parallel,
+        epochs=args.epochs,
+        fit_batch="batch_size" not in asked,
+        rerun=args.rerun,
+    )
+    row, config, plan = choice.rows[0], choice.config, choice.plan
+    images = f"{config.per_class} images a class" if config.per_class else "every training image"
+    sized = f", sized to --minutes {plan.minutes:g}" if plan.minutes is not None else ""
     print(
-        f"regime: {config.epochs} epochs ({row['steps']} steps) of {config.model} on {row['dataset']}, "
-        f"{config.val_per_class} validation images a class held out of the training images, seeds {args.seeds}, "
+        f"compared: {len(plan.inits)} inits x seeds {','.join(map(str, plan.seeds))} on {row['dataset']} "
+        f"({images}, {config.val_per_class} a class held out for validation), {config.epochs} epochs "
+        f"({row['steps']} steps at batch {config.batch_size}{sized}) of {config.model}, "
         f"{row['device'] or 'this machine'}"
     )
     print(choice.verdict.text())

@@ -13,6 +13,7 @@ from timm.scheduler.scheduler import Scheduler
 from timm.utils import ModelEmaV3
 from torch import nn
 
+from ..data.batches import Feed
 from ..data.datasets import StreamData, TensorData, load_data
 from ..models import PRESETS, build_model, patch_for
 from ..report import Report
@@ -128,6 +129,24 @@ def notices(config: TrainConfig, data: TensorData | StreamData) -> list[str]:
 def data_size(config: TrainConfig, data: TensorData | StreamData) -> int | None:
     """The side of the images the model is built for: the in-memory images', or --img-size."""
     return data.image_shape[1] if isinstance(data, TensorData) else config.img_size
+
+
+def feed_of(config: TrainConfig, world: Dist, show: bool = False) -> Feed:
+    """How a run with `config` feeds its model on this process (`show`: a bar over each epoch's steps)."""
+    return Feed(
+        batch=config.batch_size // world.world,
+        eval_batch=config.eval_batch_size,
+        eval_split=config.eval_split,
+        rank=world.rank,
+        world=world.world,
+        crop_padding=config.crop_padding,
+        flip=config.flip,
+        randaugment=config.randaugment,
+        reprob=config.reprob,
+        workers=config.workers,
+        seed=config.seed,
+        show=show,
+    )
 
 
 def data_of(config: TrainConfig) -> TensorData | StreamData:

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..data.batches import Feed, batches_for
+from ..data.batches import batches_for
 from ..data.datasets import fingerprint
 from ..errors import Notice, RunError, first_line
 from .checkpoint import load_checkpoint, rng_state, set_rng_state
@@ -35,7 +35,7 @@ from .loggers import Loggers
 from .ownership import clear_run
 from .progress import Progress
 from .provenance import environment
-from .recipe import Recipe, data_of, evaluate, notices
+from .recipe import Recipe, data_of, evaluate, feed_of, notices
 from .rundir import RunDir
 from .settings import TrainConfig
 
@@ -152,20 +152,7 @@ class Run:
             raise ValueError(
                 f"--batch-size {config.batch_size} exceeds the {len(self.data.train_labels)} training images"
             )
-        feed = Feed(
-            batch=batch,
-            eval_batch=config.eval_batch_size,
-            eval_split=config.eval_split,
-            rank=world.rank,
-            world=world.world,
-            crop_padding=config.crop_padding,
-            flip=config.flip,
-            randaugment=config.randaugment,
-            reprob=config.reprob,
-            workers=config.workers,
-            seed=config.seed,
-            show=world.main and not config.quiet,
-        )
+        feed = feed_of(config, world, show=world.main and not config.quiet)
         self.batches = batches_for(self.data, self.recipe.model, feed, self.device, self.recipe.mixup)
 
     def restore(self, checkpoint: dict[str, Any] | None) -> int:
