@@ -4,7 +4,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from .export import load_init, save_init
-from .fidelity import fidelity
+from .fidelity import fidelity, measure_on_images
 from .inits import (
     METHODS,
     FilterOptions,
@@ -53,6 +53,7 @@ __all__ = [
     "fidelity",
     "initialize",
     "load_init",
+    "measure_on_images",
     "save_init",
     "train",
 ]

@@ -78,6 +78,23 @@ def fidelity(
     return Report(MEASURED, type(model).__name__, layers, measured_on=source, options={"kernel_size": kernel_size})
 
 
+def measure_on_images(report: Report, model: nn.Module, images: torch.Tensor, kernel_size: int = 3) -> Report:
+    """`report` with its fidelity on `images` (normalised as the model expects) beside the pseudo input's,
+    against the best offsets of the f x f kernel (Report.on_images; shown by str(report))."""
+    measured = fidelity(model, images, kernel_size=kernel_size)
+    from .adapters import get_adapter
+
+    adapter = get_adapter(model)
+    tokens = adapter.grid[0] * adapter.grid[1] + adapter.num_prefix_tokens
+    report.on_images = {
+        "images": len(images),
+        "mean": measured.mean_fidelity,
+        "min": measured.min_fidelity,
+        "uniform": 1 / tokens,
+    }
+    return report
+
+
 @torch.no_grad()
 def mean_attention(model: nn.Module, images: torch.Tensor | None = None, batch_size: int = 32) -> list[torch.Tensor]:
     """Per layer, the (heads, N, N) attention among grid tokens, averaged over `images` (or on the

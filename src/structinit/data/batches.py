@@ -125,10 +125,16 @@ def normalise_for(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
 
 def normalised_test_images(model: nn.Module, data: TensorData | StreamData, count: int) -> torch.Tensor:
     """The first `count` test images, as the model sees them at evaluation."""
+    return normalised_images(model, data, count, "test")
+
+
+def normalised_images(model: nn.Module, data: TensorData | StreamData, count: int, split: str) -> torch.Tensor:
+    """The first `count` images of `split` ("train" or "test"), as the model sees them at evaluation."""
     if isinstance(data, TensorData):
-        return normalise_for(model, data.test_images[:count])
+        return normalise_for(model, getattr(data, f"{split}_images")[:count])
     transform = create_transform(**_data_config(model), is_training=False)
-    return torch.stack([transform(data.test[i][0]) for i in range(min(count, len(data.test)))])
+    dataset = getattr(data, split)
+    return torch.stack([transform(dataset[i][0]) for i in range(min(count, len(dataset)))])
 
 
 def _loaders(data: StreamData, model: nn.Module, feed: Feed):

@@ -172,6 +172,11 @@ def choose(
     else:
         say(f"resuming the comparison planned in {out / 'choose.json'}: {plan.epochs} epochs a run")
     config = dataclasses.replace(base, epochs=plan.epochs, warmup_epochs=min(base.warmup_epochs, plan.epochs / 4))
+    sized = f" (sized to {plan.minutes:g} minutes)" if plan.minutes is not None else ""
+    say(
+        f"comparing {', '.join(plan.inits)} x seeds {','.join(map(str, plan.seeds))}: {plan.epochs} epochs a run"
+        f"{sized} at batch {config.batch_size}, into {out}"
+    )
     rows = compare(config, plan.inits, plan.seeds, [base.per_class], out, parallel=parallel, rerun=rerun)
     rows = [r for r in rows if r["init"] in plan.inits and r["seed"] in plan.seeds]
     scores: dict[str, list[float]] = {}

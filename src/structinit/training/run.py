@@ -38,6 +38,7 @@ from .provenance import environment
 from .recipe import Recipe, data_of, evaluate, feed_of, notices
 from .rundir import RunDir
 from .settings import TrainConfig
+from .startup import measure_init, startup_lines
 
 # steps between checks that the losses are finite (each check waits for the device)
 FINITE_CHECK_STEPS = 50
@@ -154,6 +155,12 @@ class Run:
             )
         feed = feed_of(config, world, show=world.main and not config.quiet)
         self.batches = batches_for(self.data, self.recipe.model, feed, self.device, self.recipe.mixup)
+        self.startup: list[str] = []
+        if world.main:
+            measure_init(self.recipe.report, self.recipe.model, self.data, config.init_spec.kernel_size or 3)
+            self.startup = startup_lines(config, self.data, self.recipe.model, self.recipe.report, self.batches.steps)
+            if not config.quiet:
+                print("\n".join(self.startup), flush=True)
 
     def restore(self, checkpoint: dict[str, Any] | None) -> int:
         """Load the checkpoint's state (or record the init) and set the lr schedule; returns the epoch
@@ -175,7 +182,7 @@ class Run:
                 ) from None
             start = self.checkpointed = checkpoint["epoch"]
         elif self.world.main:
-            self.dir.start(self.recipe.report.to_dict(), self.recipe.model)
+            self.dir.start({**self.recipe.report.to_dict(), "startup": self.startup}, self.recipe.model)
         self.recipe.schedule(self.batches.steps, start)
         return start
 

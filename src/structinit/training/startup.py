@@ -1,0 +1,84 @@
+"""What a run is about to do, said before it trains and kept in its init report: the data, the model, the
+init as resolved (`auto` -> its label), the steps an epoch and of warm-up (with a note where they are few),
+and the init's fidelity on the pseudo input and on a batch of the run's own training images."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Any
+
+from torch import nn
+
+from ..data.batches import normalised_images
+from ..data.datasets import TensorData
+from ..fidelity import measure_on_images
+from ..report import Report, images_lines
+from .settings import TrainConfig
+
+SAMPLE = 16  # training images the init's maps are measured on
+FEW_STEPS = 10  # an epoch or a warm-up of fewer steps gets a note
+
+
+def resolved_init(config: TrainConfig, model: nn.Module) -> str:
+    """The init label the run applies: `auto` as the model's family resolves it."""
+    if config.init != "auto":
+        return config.init
+    from ..inits.registry import default_label
+
+    return f"auto -> {default_label(model)}"
+
+
+def tokens_of(model: nn.Module) -> str:
+    """'64 tokens (8x8 + 1 prefix)' for a model structinit can measure, else ''."""
+    with contextlib.suppress(Exception):  # a family without attention (ConvMixer) has no tokens
+        from ..adapters import get_adapter
+
+        adapter = get_adapter(model)
+        (rows, cols), prefix = adapter.grid, adapter.num_prefix_tokens
+        return f", {rows * cols + prefix} tokens ({rows}x{cols}" + (f" + {prefix} prefix)" if prefix else ")")
+    return ""
+
+
+def measure_init(report: Report, model: nn.Module, data: Any, kernel_size: int) -> None:
+    """Put the init's fidelity on SAMPLE of the run's training images into `report` (where it can be measured)."""
+    if report.mean_fidelity is None:
+        return
+    with contextlib.suppress(ValueError, TypeError, NotImplementedError, KeyError):
+        device = next(model.parameters()).device
+        images = normalised_images(model, data, SAMPLE, "train").to(device)
+        was_training = model.training
+        model.eval()
+        measure_on_images(report, model, images, kernel_size)
+        model.train(was_training)
+
+
+def eval_images(data: Any, config: TrainConfig) -> int:
+    split = "val" if config.eval_split == "val" else "test"
+    return len(getattr(data, f"{split}_labels")) if isinstance(data, TensorData) else len(getattr(data, split))
+
+
+def startup_lines(config: TrainConfig, data: Any, model: nn.Module, report: Report, steps: int) -> list[str]:
+    """The lines a run says before its first step."""
+    size = data.image_shape[1] if isinstance(data, TensorData) else config.img_size
+    held = f", {config.val_per_class} a class held out for validation" if config.val_per_class else ""
+    evaluated = f"evaluated on {config.eval_split} ({eval_images(data, config)} images)"
+    subset = f" ({config.per_class} a class)" if config.per_class else ""
+    params = sum(p.numel() for p in model.parameters())
+    warmup = math.ceil(config.warmup_epochs * steps)
+    lines = [
+        f"data: {config.data}, {len(data.train_labels)} training images{subset} of {data.num_classes} classes"
+        f"{f', {size} px' if size else ''}{held}; {evaluated}",
+        f"model: {config.model}, {params / 1e6:.2f} M parameters{tokens_of(model)}",
+        f"init: {resolved_init(config, model)}"
+        + (f", fidelity {report.mean_fidelity:.3f} on the pseudo input" if report.mean_fidelity is not None else ""),
+        *(f"  {line}" for line in (images_lines(report.mean_fidelity, report.on_images) if report.on_images else [])),
+        f"steps: {steps} an epoch at batch {config.batch_size}, {steps * config.epochs} in {config.epochs} epochs; "
+        f"warm-up {warmup} steps ({config.warmup_epochs:g} epochs)",
+    ]
+    if steps < FEW_STEPS or 0 < warmup < FEW_STEPS:
+        lines.append(
+            f"  few steps: an epoch is {steps} step(s) and the warm-up {warmup}: a smaller --batch-size gives more "
+            "(the lr schedule and EMA move by steps)"
+        )
+    return lines
