@@ -266,6 +266,8 @@ def test_progress_reaches_a_stdout_that_is_not_a_terminal(tmp_path, capsys):
         warnings.simplefilter("error", Notice)  # digits keep vit_digits' patch 1, the warm-up is shorter than the run
         assert main(argv) == 0
     lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines[:4]] == ["data", "model", "init", "  fidelity on 16 images"]
+    lines = lines[next(i for i, line in enumerate(lines) if line.startswith("epoch ")) :]  # after the start-up lines
     pattern = r"epoch {}/2: train loss \d\.\d{{4}}, test top-1 \d+\.\d\d%, \d+ img/s, 0:00:\d\d left"
     assert re.fullmatch(pattern.format(1), lines[0]), lines
     assert re.fullmatch(pattern.format(2), lines[1]), lines
@@ -295,3 +297,79 @@ def test_compare_into_a_run_directory_is_refused(sgd_run, tmp_path, capsys):
     )
     assert not (run / "results.md").exists() and not (run / "full").exists()
     shutil.rmtree(run)
+
+
+# --- timm's habits: --initial-checkpoint, the spaced --model-kwargs, init's --num-classes/--img-size ---------
+
+SMALL = ["--model-kwargs", "depth=1,embed_dim=32,num_heads=2", "--per-class", "10", "-b", "16", "--quiet"]
+
+
+def test_a_saved_init_feeds_train_through_initial_checkpoint_exactly(tmp_path):
+    """init --save's file, or a bare state dict, starts the run from exactly its weights."""
+    argv = ["init", "vit_digits", "--init", "impulse[target_fidelity=0.9]", "--num-classes", "10", "--img-size", "8"]
+    assert (
+        main(
+            [
+                *argv,
+                "--model-kwargs",
+                "depth=1",
+                "embed_dim=32",
+                "num_heads=2",
+                "in_chans=1",
+                "--save",
+                str(tmp_path / "i.pt"),
+            ]
+        )
+        == 0
+    )
+    saved = torch.load(tmp_path / "i.pt", weights_only=True)
+    run = ["train", *SMALL, "--epochs", "1", "--snapshot-epochs", "0", "--out", str(tmp_path / "r")]
+    assert main([*run, "--initial-checkpoint", str(tmp_path / "i.pt")]) == 0
+    start = torch.load(next((tmp_path / "r" / "snapshots").iterdir()), weights_only=True)
+    assert all(torch.equal(start[name], tensor) for name, tensor in saved.items())
+    record = json.loads((tmp_path / "r" / "init_report.json").read_text())
+    assert record["method"] == "initial-checkpoint" and record["source"]["initial_checkpoint"] == str(tmp_path / "i.pt")
+    assert record["startup"][2].startswith(f"init: the weights of {tmp_path / 'i.pt'} (--initial-checkpoint)")
+
+
+def test_initial_checkpoint_of_another_model_is_refused_naming_the_tensors(tmp_path, capsys):
+    torch.save({"model": {"pos_embed": torch.zeros(1, 5, 7)}}, tmp_path / "other.pth")
+    argv = ["train", *SMALL, "--epochs", "1", "--initial-checkpoint", str(tmp_path / "other.pth")]
+    assert main([*argv, "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "other.pth does not fit the model (1 of another shape: pos_embed (1, 5, 7) (the model's (1, 65, 32))" in err
+    assert "missing: " in err and not (tmp_path / "r").exists()
+
+
+def test_initial_checkpoint_and_an_init_both_given_are_refused(tmp_path, capsys):
+    argv = ["train", "--init", "impulse", "--initial-checkpoint", str(tmp_path / "x.pt"), "--out", str(tmp_path / "r")]
+    assert main(argv) == 2
+    assert "--initial-checkpoint and --init impulse both set the starting weights: give one" in capsys.readouterr().err
+
+
+def test_a_file_given_as_the_init_points_to_initial_checkpoint(capsys):
+    assert main(["train", "--init", "runs/init.safetensors"]) == 2
+    assert "a file of weights is --initial-checkpoint FILE" in capsys.readouterr().err
+
+
+def test_model_kwargs_in_timms_spaced_form_equal_the_comma_form():
+    spaced = train_config(build_parser().parse_args(["train", "--model-kwargs", "depth=2", "num_heads=4"]))
+    commas = train_config(build_parser().parse_args(["train", "--model-kwargs", "depth=2,num_heads=4"]))
+    assert spaced.model_kwargs == commas.model_kwargs == {"depth": 2, "num_heads": 4}
+
+
+def test_a_folder_after_spaced_model_kwargs_is_named(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["train", "--model-kwargs", "depth=2", "photos/"])
+    assert "--model-kwargs takes K=V items (a=1 b=2, or a=1,b=2); 'photos/' is not one" in capsys.readouterr().err
+
+
+def test_init_takes_num_classes_and_img_size(tmp_path, capsys):
+    argv = ["init", "vit_tiny_patch16_224", "--num-classes", "7", "--img-size", "32", "--init", "timm"]
+    assert main([*argv, "--model-kwargs", "patch_size=4", "--save", str(tmp_path / "i.safetensors")]) == 0
+    from safetensors.torch import load_file
+
+    weights = load_file(str(tmp_path / "i.safetensors"))
+    assert weights["head.weight"].shape == (7, 192) and weights["pos_embed"].shape == (1, 65, 192)
+    assert main([*argv, "--model-kwargs", "img_size=64"]) == 2
+    assert "--img-size 32 and --model-kwargs img_size=64: give one" in capsys.readouterr().err

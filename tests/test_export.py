@@ -55,7 +55,7 @@ def test_saved_init_loads_with_timm_and_trains_like_the_in_process_call(tmp_path
 def test_safetensors_record_the_init_and_the_digest(tmp_path):
     model = tiny_vit()
     report = initialize(model, "impulse", seed=4, target_fidelity=0.9)
-    digest = save_init(model, tmp_path / "init.safetensors", report)
+    digest = save_init(model, tmp_path / "init.safetensors", report, model_kwargs=TINY)
     with safe_open(str(tmp_path / "init.safetensors"), "pt") as f:
         metadata = f.metadata()
     assert metadata["weights_sha256"] == digest and metadata["method"] == "impulse" and metadata["seed"] == "4"

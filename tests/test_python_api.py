@@ -15,6 +15,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from timm.models.convmixer import ConvMixer
+from torch import nn
 
 import structinit
 from structinit.cli import main
@@ -78,29 +79,31 @@ def test_a_preset_is_recorded_with_what_it_expands_to(tmp_path):
     assert torch.equal(outputs(rebuilt, 32), outputs(structinit.load_init(mixer)[0], 32))
 
 
-def test_a_model_built_in_python_records_what_is_known_and_names_what_is_missing(tmp_path):
+def test_save_init_refuses_a_record_load_init_could_not_rebuild_before_writing(tmp_path):
     model = timm.create_model("vit_tiny_patch16_224", **TINY)
     report = structinit.initialize(model, "impulse", seed=0)
-    structinit.save_init(model, tmp_path / "bare.safetensors", report)
-    saved = record(tmp_path / "bare.safetensors")
-    assert saved["model"] == "vit_tiny_patch16_224" and "model_kwargs" not in saved  # timm's pretrained_cfg
-    missing = (
-        "the keywords it was built with: build it by name with timm.create_model and give "
-        "save_init(..., model_kwargs=...) its keywords"
+    lacks = (
+        "the record would lack the keywords it was built with, and load_init could not rebuild it: build it by "
+        "name with timm.create_model and give save_init(..., model_kwargs=...) its keywords (or save it as .pt"
     )
-    assert saved["missing"] == missing
-    with pytest.raises(ValueError, match=re.escape(f"does not record how to build its model ({missing})")):
-        structinit.load_init(tmp_path / "bare.safetensors")
+    with pytest.raises(ValueError, match=re.escape(lacks)):
+        structinit.save_init(model, tmp_path / "bare.safetensors", report)
+    with pytest.raises(ValueError, match=r"the record builds another model than these weights \(\d+ of another shape"):
+        structinit.save_init(model, tmp_path / "wide.safetensors", report, model_kwargs={**TINY, "embed_dim": 64})
+    with pytest.raises(ValueError, match=r"model_kwargs act_layer: act_layer=<class .*SiLU'> cannot be recorded"):
+        structinit.save_init(model, tmp_path / "act.safetensors", report, model_kwargs={**TINY, "act_layer": nn.SiLU})
+    assert not list(tmp_path.iterdir())
 
     structinit.save_init(model, tmp_path / "whole.safetensors", report, model_kwargs=TINY)
     assert "missing" not in record(tmp_path / "whole.safetensors")
     assert torch.equal(outputs(structinit.load_init(tmp_path / "whole.safetensors")[0]), outputs(model))
+    with pytest.raises(ValueError, match=r"whole.safetensors exists: give another file, or overwrite=True"):
+        structinit.save_init(model, tmp_path / "whole.safetensors", report, model_kwargs=TINY)
+    structinit.save_init(model, tmp_path / "whole.safetensors", report, model_kwargs=TINY, overwrite=True)
 
     convmixer = ConvMixer(dim=32, depth=1, kernel_size=3, patch_size=4, num_classes=10)  # no timm name
-    structinit.save_init(convmixer, tmp_path / "class.safetensors")
-    saved = record(tmp_path / "class.safetensors")
-    assert saved["model_class"] == "timm.models.convmixer.ConvMixer" and "model" not in saved
-    assert saved["missing"].startswith("the timm name and the keywords it was built with: ")
+    with pytest.raises(ValueError, match="the record would lack the timm name and the keywords it was built with"):
+        structinit.save_init(convmixer, tmp_path / "class.safetensors")
 
     structinit.save_init(model, tmp_path / "init.pt", report)
     with pytest.raises(ValueError, match=r"init.pt holds bare weights with no record of the model: load it into"):

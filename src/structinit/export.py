@@ -38,15 +38,24 @@ def check_init_path(path: str | Path) -> Path:
 
 
 def save_init(
-    model: nn.Module, path: str | Path, report: Report | None = None, *, model_kwargs: dict[str, Any] | None = None
+    model: nn.Module,
+    path: str | Path,
+    report: Report | None = None,
+    *,
+    model_kwargs: dict[str, Any] | None = None,
+    overwrite: bool = False,
 ) -> str:
     """Write `model`'s weights (unwrapped from torch.compile/DDP) to `path` and return their sha256.
 
     A `.safetensors` file records how to build the model again: its timm name and keywords, which a
     `report` of `build_model` holds; for a model built in Python, give the keywords it was built with
-    as `model_kwargs` (without them the file says they are missing). Pass the `Report` that
-    `initialize` returned to record the init too."""
+    as `model_kwargs`. A record that load_init could not build this model from (no name or keywords,
+    keywords JSON cannot hold, another shape) is refused before anything is written (a `.pt` file holds
+    the bare weights). Pass the `Report` that `initialize` returned to record the init too. An existing
+    file is replaced only with `overwrite=True`."""
     path = check_init_path(path)
+    if path.exists() and not overwrite:
+        raise ValueError(f"{path} exists: give another file, or overwrite=True to replace it")
     model = unwrap(model)
     # own, contiguous CPU copies: safetensors refuses tensors that share storage
     state = {name: t.detach().cpu().contiguous().clone() for name, t in model.state_dict().items()}
@@ -55,11 +64,44 @@ def save_init(
         from safetensors.torch import save
 
         built = report.constructor if report is not None and report.constructor else constructor(model, model_kwargs)
+        check_rebuildable(built, state)
         metadata = {"format": "pt", "weights_sha256": digest, **_record(report, built)}
         atomic_save(state, path, write=lambda tensors, f: f.write(save(tensors, metadata=metadata)))
     else:
         atomic_save(state, path)
     return digest
+
+
+def check_rebuildable(built: dict[str, Any], state: dict[str, torch.Tensor]) -> None:
+    """ValueError unless load_init can build, from `built` (models.constructor's record), a model that
+    `state` fits: a timm name or preset, keywords that JSON keeps as they are, the same tensors and shapes."""
+    missing = [what for what, keys in MISSING if not set(keys) & set(built)]
+    if missing:
+        raise ValueError(
+            f"the record would lack {' and '.join(missing)} it was built with, and load_init could not rebuild it: "
+            f"{MISSING_FIX} (or save it as .pt: the bare weights)"
+        )
+    kwargs = dict(built.get("kwargs", {}))
+    kept = json.loads(json.dumps(kwargs, default=repr))
+    changed = sorted(key for key in kwargs if kept.get(key) != kwargs[key] and not isinstance(kwargs[key], tuple))
+    if changed:
+        raise ValueError(
+            f"model_kwargs {', '.join(changed)}: {changed[0]}={kwargs[changed[0]]!r} cannot be recorded as text "
+            "(give values that are numbers, text, lists or None; or save it as .pt: the bare weights)"
+        )
+    classes, channels = kwargs.pop("num_classes", 1000), kwargs.pop("in_chans", 3)
+    try:
+        with torch.device("meta"):
+            rebuilt = create_model(
+                built.get("model") or built["preset"], num_classes=classes, in_chans=channels, data_size=None, **kwargs
+            )
+    except (TypeError, ValueError, RuntimeError, KeyError) as error:
+        raise ValueError(f"load_init could not build the model from its record ({first_line(error)})") from None
+    wrong = misfits(rebuilt, state)
+    if wrong:
+        raise ValueError(
+            f"the record builds another model than these weights ({wrong}): give the keywords it was built with"
+        )
 
 
 def _record(report: Report | None, built: dict[str, Any]) -> dict[str, str]:
@@ -71,9 +113,6 @@ def _record(report: Report | None, built: dict[str, Any]) -> dict[str, str]:
         record.update(report.source)
         record["mean_fidelity"] = report.mean_fidelity
     record.update({MODEL_KEYS.get(key, key): value for key, value in built.items()})
-    missing = [what for what, keys in MISSING if not set(keys) & set(built)]
-    if missing:
-        record["missing"] = f"{' and '.join(missing)} it was built with: {MISSING_FIX}"
     return {key: value if isinstance(value, str) else json.dumps(value, default=str) for key, value in record.items()}
 
 
@@ -128,3 +167,50 @@ def load_init(path: str | Path) -> tuple[nn.Module, dict[str, Any]]:
     except RuntimeError as error:
         raise ValueError(f"{path}: its weights do not fit the model its record builds ({first_line(error)})") from None
     return model, record
+
+
+# where a training checkpoint keeps the model's weights (timm's train.py, structinit's last.pt)
+STATE_KEYS = ("state_dict", "model", "state_dict_ema")
+
+
+def load_weights(model: nn.Module, path: str | Path) -> str:
+    """Load the weights of `path` into `model` (strict; a saved init, a bare state dict, or a training
+    checkpoint holding one, DDP's "module." prefix dropped) and return their sha256. A ValueError names
+    the tensors that are missing, unexpected or of another shape; the model is unchanged then."""
+    path = Path(path)
+    regular_file(path)
+    if path.suffix == ".safetensors":
+        state, _ = read_init(path)
+    elif path.suffix in (".pth", ".pt", ".bin"):
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as error:  # pickle, zip and torch's own errors alike: not weights to load
+            raise ValueError(f"{path} is not a file of weights torch can read safely ({first_line(error)})") from None
+    else:
+        raise ValueError(f"{path.name}: give weights as .safetensors, .pth or .pt")
+    inner = next((state[k] for k in STATE_KEYS if isinstance(state, dict) and isinstance(state.get(k), dict)), None)
+    state = inner if inner is not None else state
+    if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
+        raise ValueError(f"{path} holds no state dict (names to tensors)")
+    state = {name.removeprefix("module."): tensor for name, tensor in state.items()}
+    wrong = misfits(unwrap(model), state)
+    if wrong:
+        raise ValueError(f"{path} does not fit the model ({wrong}): give the weights of this model")
+    unwrap(model).load_state_dict(state)
+    return weights_sha256(state)
+
+
+def misfits(model: nn.Module, state: dict[str, torch.Tensor]) -> str:
+    """The first tensors of `state` that do not fit `model` (of another shape, missing, unexpected), or ''."""
+    own = model.state_dict()
+    wrong = [
+        f"{name} {tuple(state[name].shape)} (the model's {tuple(t.shape)})"
+        for name, t in own.items()
+        if name in state and state[name].shape != t.shape
+    ]
+    missing, extra = sorted(own.keys() - state.keys()), sorted(state.keys() - own.keys())
+    return "; ".join(
+        f"{len(items)} {what}: {', '.join(items[:3])}{', ...' if len(items) > 3 else ''}"
+        for what, items in (("of another shape", wrong), ("missing", missing), ("unexpected", extra))
+        if items
+    )

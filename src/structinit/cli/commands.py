@@ -22,6 +22,7 @@ from ..training.setting import flag, int_list
 from ..training.settings import TrainConfig
 from ..version import DISTRIBUTION
 from .choose import run_choose
+from .model_flags import init_model_kwargs
 from .parser import build_parser, train_config, train_values
 
 FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
@@ -76,11 +77,10 @@ def run_init(args: argparse.Namespace) -> int:
     for name, path in (("--save", args.save), ("--json", args.json)):
         if path:
             check_new_file(name, Path(path), args.overwrite)
-    model_kwargs = parse_assignments(args.model_kwargs, "--model-kwargs")
+    model_kwargs, classes, channels = init_model_kwargs(args)
     spec = InitSpec.parse(args.init)
     if spec.is_default:
         raise ValueError(f"--init {DEFAULT}: leaves the model as constructed, there is nothing to initialise")
-    classes, channels = model_kwargs.pop("num_classes", 1000), model_kwargs.pop("in_chans", 3)
     model, report = build_model(
         args.model,
         spec,

@@ -14,6 +14,7 @@ from ..studies.launch import CLUSTERS
 from ..training.setting import GROUPS, Setting, flag
 from ..training.settings import SETTING_DEFAULTS, SETTINGS, TrainConfig
 from ..version import DISTRIBUTION
+from .model_flags import ASSIGNMENTS
 
 INIT_HELP = (
     f"init label: a method ({', '.join(sorted(METHODS))}), a variant ({', '.join(VARIANTS)}), "
@@ -124,7 +125,13 @@ def add_init_command(commands: argparse._SubParsersAction) -> None:
     init.add_argument("--init", "--method", default="impulse", help=INIT_HELP)
     init.add_argument("--seed", type=int, default=0, help="seed of the weights the init draws and timm's")
     init.add_argument("--teacher", help="the larger model of --init select: a timm name, a weights file or a run")
-    init.add_argument("--model-kwargs", help="timm.create_model keywords, e.g. img_size=32,patch_size=4,num_heads=12")
+    init.add_argument(
+        "--model-kwargs",
+        help="timm.create_model keywords, e.g. img_size=32,patch_size=4 (or timm's a=1 b=2)",
+        **ASSIGNMENTS,
+    )
+    init.add_argument("--num-classes", type=int, help="classes of the model's head (default: timm's, 1000)")
+    init.add_argument("--img-size", type=int, help="the model's input size (default: the model's own)")
     add_removed_flags(init)
     init.add_argument("--json", metavar="PATH", help="also write the report as JSON")
     init.add_argument(
@@ -196,7 +203,7 @@ def add_target_arguments(parser: argparse.ArgumentParser, images: int, out: str)
     add("--images", type=int, default=images, help=f"number of test images (default {images})")
     add("--at-init", action="store_true", help="for a run: the model at init, not after training")
     add("--init", default="impulse", help="for a model name: an init label (see train --init)")
-    add("--model-kwargs", help="for a model name: timm.create_model keywords")
+    add("--model-kwargs", help="for a model name: timm.create_model keywords", **ASSIGNMENTS)
     add("--seed", type=int, default=0, help="for a model name: the seed of its init")
     add("--out", default=out, help=f"PNG to write (default {out})")
 
@@ -269,6 +276,8 @@ def setting_arguments(name: str, about: Setting) -> dict[str, Any]:
         return {**arguments, "action": switch, "default": None}
     if "default" not in about.help:
         arguments["help"] = f"{about.help} (default: {shown_default(SETTING_DEFAULTS[name])})"
+    if name == "model_kwargs":
+        arguments.update(ASSIGNMENTS)
     if base in ("int", "float"):
         arguments["type"] = int if base == "int" else float
         arguments["metavar"] = "N" if base == "int" else "X"

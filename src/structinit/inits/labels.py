@@ -155,6 +155,8 @@ def read_label(label: str) -> InitSpec:
     else:
         known = sorted({*METHODS, *FILTER_METHODS, *VARIANTS, DEFAULT, AUTO})
         hint = "options in brackets: impulse[a=1,b=2]"
+        if name.endswith((".safetensors", ".pth", ".pt")):
+            hint = "a file of weights is --initial-checkpoint FILE, or load_state_dict in Python"
         raise ValueError(f"unknown init {name!r}; choose from {', '.join(known)} ({hint})")
     kernel_size = options.pop(KERNEL_SIZE, None)
     check_options(method, options)

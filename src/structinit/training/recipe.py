@@ -4,6 +4,8 @@ step; the state a checkpoint keeps."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 from typing import Any
 
 import torch
@@ -15,6 +17,9 @@ from torch import nn
 
 from ..data.batches import Feed
 from ..data.datasets import StreamData, TensorData, load_data
+from ..export import load_weights
+from ..fidelity import fidelity
+from ..inits.labels import InitSpec
 from ..models import PRESETS, build_model, patch_for
 from ..report import Report
 from .device import Dist, all_reduce_sum, prefer_math_attention, resolve_amp
@@ -166,13 +171,17 @@ def data_of(config: TrainConfig) -> TensorData | StreamData:
     )
 
 
+INITIAL_CHECKPOINT = "initial-checkpoint"  # the init report's method of a run started from a file
+
+
 def model_of(config: TrainConfig, data: TensorData | StreamData) -> tuple[nn.Module, Report]:
-    """The run's model, created for the data's classes, channels and image size and initialised;
-    returns (model, init report). Seeded, so that it is the same model every time."""
+    """The run's model, created for the data's classes, channels and image size and initialised (or loaded
+    from --initial-checkpoint); returns (model, init report). Seeded, so that it is the same model every time."""
     in_memory = isinstance(data, TensorData)
-    return build_model(
+    spec = InitSpec.parse("default") if config.initial_checkpoint else config.init_spec
+    model, report = build_model(
         config.model,
-        config.init_spec,
+        spec,
         config.seed,
         num_classes=data.num_classes,
         in_chans=data.image_shape[0] if in_memory else data.channels,
@@ -181,6 +190,13 @@ def model_of(config: TrainConfig, data: TensorData | StreamData) -> tuple[nn.Mod
         teacher=config.teacher,
         **config.model_kwargs,
     )
+    if config.initial_checkpoint:
+        digest = load_weights(model, config.initial_checkpoint)
+        with contextlib.suppress(ValueError, TypeError, NotImplementedError):  # a family it cannot measure
+            report = dataclasses.replace(fidelity(model), seed=config.seed, constructor=report.constructor)
+        source = {"initial_checkpoint": config.initial_checkpoint, "weights_sha256": digest}
+        report = dataclasses.replace(report, method=INITIAL_CHECKPOINT, source=source)
+    return model, report
 
 
 def compiles(config: TrainConfig, device: torch.device) -> bool:

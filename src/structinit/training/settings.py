@@ -67,6 +67,14 @@ class TrainConfig(DataSettings):
         "or .pth file, or a run directory",
         **NEW,
     )
+    initial_checkpoint: str | None = setting(
+        None,
+        group="model",
+        metavar="FILE",
+        help="start from these weights instead of an init: `structinit init --save`'s file or any state dict "
+        "(.safetensors, .pth, .pt; timm's checkpoints too), checked against the model",
+        since="0.3.2",
+    )
     epochs: int = setting(
         30, group="common", bounds="[1, inf)", metavar="N", help="epochs to train", resume="schedule", **GRID_AXIS
     )
@@ -249,6 +257,8 @@ def check_config(config: TrainConfig) -> None:
     spec = InitSpec.parse(config.init)
     if spec.method == "select" and config.teacher is None and spec.options.get("teacher") is None:
         raise ValueError(f"--init {config.init} selects from a larger model: give it with --teacher")
+    if config.initial_checkpoint is not None and spec.method not in ("auto", "default"):
+        raise ValueError(f"--initial-checkpoint and --init {config.init} both set the starting weights: give one")
     parse_spec(config.data)
     check_loggers(config.log)
     check_model_kwargs(config.model_kwargs)

@@ -22,6 +22,8 @@ FEW_STEPS = 10  # an epoch or a warm-up of fewer steps gets a note
 
 def resolved_init(config: TrainConfig, model: nn.Module) -> str:
     """The init label the run applies: `auto` as the model's family resolves it."""
+    if config.initial_checkpoint:
+        return f"the weights of {config.initial_checkpoint} (--initial-checkpoint)"
     if config.init != "auto":
         return config.init
     from ..inits.registry import default_label
