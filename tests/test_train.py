@@ -214,3 +214,27 @@ def test_cpu_bf16_runs_attention_unfused():
     assert all(block.attn.fused_attn for block in model.blocks)
     prefer_math_attention(model, torch.device("cpu"), torch.bfloat16)
     assert not any(block.attn.fused_attn for block in model.blocks)
+
+
+def test_an_evaluation_subset_is_stratified_used_during_training_and_the_last_evaluation_is_whole(tmp_path):
+    from structinit.training import TrainConfig, train
+
+    base = dict(data="digits", per_class=10, epochs=3, batch_size=50, quiet=True, warmup_epochs=1)
+    small = {"model_kwargs": {"depth": 1, "embed_dim": 32, "num_heads": 2}}
+    train(TrainConfig(**base, **small, eval_per_class=3, out=str(tmp_path / "a")))
+    lines = [json.loads(line) for line in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["test_images"] for m in lines] == [30, 30, 360]  # 3 of each of the 10 classes, then all
+    assert all(m["eval_seconds"] > 0 for m in lines)
+    train(TrainConfig(**base, **small, eval_per_class=3, eval_final="subset", out=str(tmp_path / "b")))
+    lines_b = [json.loads(line) for line in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["test_images"] for m in lines_b] == [30, 30, 30]
+    assert [m["test_top1"] for m in lines_b[:2]] == [m["test_top1"] for m in lines[:2]]  # the same subset
+
+
+def test_the_time_left_counts_the_evaluations_still_to_come():
+    from structinit.training.progress import Progress
+
+    progress = Progress(0, 4, show=False, split="test", evaluated=lambda epoch: 10_000 if epoch == 4 else 100)
+    metrics = {"epoch": 1, "epoch_seconds": 5.0, "eval_seconds": 1.0, "test_images": 100}
+    # 3 epochs of 5 s, then 2 evaluations of 100 images and one of 10,000 at 0.01 s an image
+    assert progress.left(metrics) == pytest.approx(15 + 0.01 * 10_200)

@@ -16,8 +16,9 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from .augment import BatchAugment
-from .datasets import StreamData, TensorData
+from .datasets import StreamData, TensorData, dataset_labels
 from .imagefolder import ImageError
+from .subsets import stratified_head
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -39,6 +40,21 @@ class Feed:
     workers: int = 0
     seed: int = 0
     show: bool = False  # a progress bar over each epoch's steps
+    eval_per_class: int | None = None  # evaluate(subset=True): up to this many images a class, drawn once
+
+
+def evaluation_labels(data: TensorData | StreamData, split: str) -> torch.Tensor:
+    """The labels of the evaluation split ("val" or "test")."""
+    if isinstance(data, TensorData):
+        return data.val_labels if split == "val" else data.test_labels
+    return dataset_labels(data.val if split == "val" else data.test)
+
+
+def evaluation_subset(data: TensorData | StreamData, feed: Feed) -> torch.Tensor | None:
+    """The indices of the evaluation subset (feed.eval_per_class images a class, the same in every run)."""
+    if feed.eval_per_class is None:
+        return None
+    return stratified_head(evaluation_labels(data, feed.eval_split), feed.eval_per_class, seed=0)
 
 
 def batches_for(data: TensorData | StreamData, model: nn.Module, feed: Feed, device: torch.device, mixup: Mixup | None):
@@ -60,6 +76,8 @@ class InMemoryBatches:
         self.images, self.labels = data.train_images.to(device), data.train_labels.to(device)
         self.eraser = RandomErasing(feed.reprob, mode="pixel", device=str(device)) if feed.reprob > 0 else None
         self.steps = len(self.labels) // (feed.batch * feed.world)
+        self.subset = evaluation_subset(data, feed)
+        self.eval_counts = (len(evaluation_labels(data, feed.eval_split)), _count(self.subset))
 
     def train(self, epoch: int, generator: torch.Generator) -> Iterator[Batch]:
         """This process's share of every step of `epoch`."""
@@ -72,15 +90,16 @@ class InMemoryBatches:
             images, labels = images[mine], labels[mine]
             yield (self.eraser(images) if self.eraser is not None else images), labels
 
-    def evaluate(self) -> Iterator[Batch]:
-        """This process's share of the evaluation split, normalised."""
+    def evaluate(self, subset: bool = False) -> Iterator[Batch]:
+        """This process's share of the evaluation split (`subset`: of its evaluation subset), normalised."""
         data, feed = self.data, self.feed
         if feed.eval_split == "val":
             images, labels = data.val_images, data.val_labels
         else:
             images, labels = data.test_images, data.test_labels
         normalise = BatchAugment(self.mean, self.std).normalise
-        for index in torch.arange(feed.rank, len(labels), feed.world).split(feed.eval_batch):
+        chosen = self.subset if subset and self.subset is not None else torch.arange(len(labels))
+        for index in chosen[feed.rank :: feed.world].split(feed.eval_batch):
             yield normalise(images[index].to(self.device)), labels[index].to(self.device)
 
 
@@ -89,7 +108,9 @@ class StreamBatches:
 
     def __init__(self, data: StreamData, model: nn.Module, feed: Feed, device: torch.device, mixup: Mixup | None):
         self.feed, self.device, self.mixup = feed, device, mixup
-        self.train_loader, self.eval_loader = _loaders(data, model, feed)
+        self.train_loader, self.eval_loader, self.subset_loader = _loaders(data, model, feed)
+        subset = self.subset_loader.dataset if self.subset_loader is not None else None
+        self.eval_counts = (len(self.eval_loader.dataset), _count(subset))
         self.steps = len(data.train_labels) // (feed.batch * feed.world)
 
     def train(self, epoch: int, generator: torch.Generator) -> Iterator[Batch]:
@@ -99,9 +120,14 @@ class StreamBatches:
             images, labels = (t.to(self.device, non_blocking=True) for t in item)
             yield self.mixup(images, labels) if self.mixup is not None else (images, labels)
 
-    def evaluate(self) -> Iterator[Batch]:
-        for images, labels in _named_images(self.eval_loader):
+    def evaluate(self, subset: bool = False) -> Iterator[Batch]:
+        loader = self.subset_loader if subset and self.subset_loader is not None else self.eval_loader
+        for images, labels in _named_images(loader):
             yield images.to(self.device), labels.to(self.device)
+
+
+def _count(items) -> int | None:
+    return len(items) if items is not None else None
 
 
 def _progress(items, epoch: int, steps: int, show: bool):
@@ -162,7 +188,17 @@ def _loaders(data: StreamData, model: nn.Module, feed: Feed):
     )
     train_loader = torch.utils.data.DataLoader(train_set, feed.batch, sampler=sampler, drop_last=True, **common)
     test_loader = torch.utils.data.DataLoader(test_set, feed.eval_batch, sampler=test_sampler, **common)
-    return train_loader, test_loader
+    subset = evaluation_subset(data, feed)
+    if subset is None:
+        return train_loader, test_loader, None
+    subset_set = torch.utils.data.Subset(test_set, subset.tolist())
+    subset_sampler = (
+        torch.utils.data.DistributedSampler(subset_set, feed.world, feed.rank, shuffle=False)
+        if feed.world > 1
+        else None
+    )
+    subset_loader = torch.utils.data.DataLoader(subset_set, feed.eval_batch, sampler=subset_sampler, **common)
+    return train_loader, test_loader, subset_loader
 
 
 def _data_config(model: nn.Module) -> dict[str, Any]:

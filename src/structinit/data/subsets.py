@@ -62,3 +62,14 @@ def stratified_split(
         if held:
             val.append(order[n - held :])
     return torch.cat(train).sort().values, torch.cat(val).sort().values if val else None
+
+
+def stratified_head(labels: torch.Tensor, per_class: int, seed: int) -> torch.Tensor:
+    """Indices of up to `per_class` images of every class (all of a smaller class), drawn once from `seed`:
+    the same evaluation subset at every evaluation of a run, and of every run on the same data."""
+    generator = torch.Generator().manual_seed(seed)
+    chosen = []
+    for cls in torch.unique(labels).tolist():
+        members = torch.nonzero(labels == cls).flatten()
+        chosen.append(members[torch.randperm(len(members), generator=generator)[:per_class]])
+    return torch.cat(chosen).sort().values

@@ -47,6 +47,25 @@ class DataSettings:
         help="hold out K training images per class (stratified, disjoint from the subset) and evaluate on them "
         "instead of the test set: choose settings there, report the test set once",
     )
+    eval_per_class: int | None = setting(
+        None,
+        group="data",
+        bounds="[1, inf)",
+        metavar="K",
+        help="evaluate during training on a stratified K images per class of the evaluation split (the same "
+        "images every time); the last evaluation on the whole split unless --eval-final subset",
+        resume="recorded",
+        identity=False,
+        since="0.3.2",
+    )
+    eval_final: str = setting(
+        "full",
+        group="data",
+        choices=("full", "subset"),
+        help="the last evaluation (the run's result): on the whole evaluation split, or on --eval-per-class's subset",
+        resume="recorded",
+        since="0.3.2",
+    )
     classes: list[str] = setting(
         [],
         group="data",

@@ -1,11 +1,12 @@
 """A run's progress as it trains: tqdm's bar over the epochs on a terminal and, where stdout is not a
 terminal (a log file, a pipe), one line per epoch: its loss, top-1 when evaluated, img/s and the time
-left."""
+left, which counts the training epochs and the evaluations still to come, each at its measured pace."""
 
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -16,11 +17,29 @@ class Progress:
     """The epochs `start` to `last` of a run evaluated on `split`; nothing where `show` is off (--quiet,
     the processes other than the first)."""
 
-    def __init__(self, start: int, last: int, show: bool, split: str) -> None:
+    def __init__(
+        self, start: int, last: int, show: bool, split: str, evaluated: Callable[[int], int] = lambda epoch: 0
+    ) -> None:
         self.bar = tqdm(range(start, last), desc="epochs", disable=not show or None, initial=start, total=last)
         self.lines = show and not sys.stdout.isatty()
-        self.start, self.last, self.split = start, last, split
+        self.start, self.last, self.split, self.evaluated = start, last, split, evaluated
         self.began = time.perf_counter()
+        self.training: list[float] = []  # seconds of each epoch's training
+        self.per_image: list[float] = []  # seconds an evaluated image, of each evaluation
+
+    def left(self, metrics: dict[str, Any]) -> float:
+        """Seconds left: the epochs still to train at their mean, and the images still to evaluate
+        (`evaluated(epoch)`: after that epoch) at the evaluations' mean pace; the wall clock's mean epoch
+        where an epoch lacks its times."""
+        done = metrics["epoch"]
+        if "epoch_seconds" not in metrics:
+            return (time.perf_counter() - self.began) / (done - self.start) * (self.last - done)
+        self.training.append(metrics["epoch_seconds"])
+        if metrics.get("eval_seconds") and metrics.get(f"{self.split}_images"):
+            self.per_image.append(metrics["eval_seconds"] / metrics[f"{self.split}_images"])
+        training = sum(self.training) / len(self.training) * (self.last - done)
+        images = sum(self.evaluated(epoch) for epoch in range(done + 1, self.last + 1))
+        return training + (sum(self.per_image) / len(self.per_image) * images if self.per_image else 0.0)
 
     def __iter__(self):
         return iter(self.bar)
@@ -36,8 +55,7 @@ class Progress:
     def line(self, metrics: dict[str, Any]) -> str:
         """e.g. 'epoch 3/30: train loss 1.2345, test top-1 56.70%, 1234 img/s, 0:05:12 left'."""
         done = metrics["epoch"]
-        per_epoch = (time.perf_counter() - self.began) / (done - self.start)
-        left = timedelta(seconds=round(per_epoch * (self.last - done)))
+        left = timedelta(seconds=round(self.left(metrics)))
         top1 = metrics.get(f"{self.split}_top1")
         evaluated = f", {self.split} top-1 {top1:.2f}%" if top1 is not None else ""
         return (

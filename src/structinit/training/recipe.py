@@ -151,6 +151,7 @@ def feed_of(config: TrainConfig, world: Dist, show: bool = False) -> Feed:
         workers=config.workers,
         seed=config.seed,
         show=show,
+        eval_per_class=config.eval_per_class,
     )
 
 

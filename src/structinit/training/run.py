@@ -127,7 +127,7 @@ class Run:
             return self.dir.read_summary()  # finished, nothing asked: no-op
         self.build()
         start, last = self.restore(checkpoint), self.dir.last_epoch
-        progress = Progress(start, last, world.main and not config.quiet, config.eval_split)
+        progress = Progress(start, last, world.main and not config.quiet, config.eval_split, self.evaluated)
         metrics: dict[str, Any] = {}
         self.loggers = Loggers(config.log if world.main else [], self.dir.out, dataclasses.asdict(config), start)
         try:
@@ -212,9 +212,12 @@ class Run:
             "train_loss": all_reduce_sum(total_loss, world).item() / (seen * world.world),
         }
         if (epoch + 1) % config.eval_every == 0 or epoch + 1 == config.epochs:
-            metrics.update(self.evaluate(self.recipe.eval_forward))
+            subset = epoch + 1 < config.epochs or config.eval_final == "subset"
+            evaluating = time.perf_counter()
+            metrics.update(self.evaluate(self.recipe.eval_forward, subset))
             if self.recipe.ema is not None:
-                metrics.update({f"ema_{k}": v for k, v in self.evaluate(self.recipe.ema.module).items()})
+                metrics.update({f"ema_{k}": v for k, v in self.evaluate(self.recipe.ema.module, subset).items()})
+            metrics["eval_seconds"] = time.perf_counter() - evaluating
         metrics.update(
             lr=self.recipe.lr(),
             img_per_s=steps * config.batch_size / seconds,
@@ -225,9 +228,18 @@ class Run:
         self.save(metrics)
         return metrics
 
-    def evaluate(self, model: nn.Module) -> dict[str, float]:
-        """Top-1, top-5 and loss of `model` on the evaluation split (validation or test)."""
-        batches = self.batches.evaluate()
+    def evaluated(self, epoch: int) -> int:
+        """The images the evaluation after `epoch` (from 1) goes through (0: none)."""
+        config, (whole, subset) = self.config, self.batches.eval_counts
+        if epoch % config.eval_every and epoch != config.epochs:
+            return 0
+        final = epoch == config.epochs and config.eval_final == "full"
+        return whole if final or subset is None else subset
+
+    def evaluate(self, model: nn.Module, subset: bool = False) -> dict[str, float]:
+        """Top-1, top-5 and loss of `model` on the evaluation split (validation or test; `subset`: its
+        --eval-per-class subset, where asked)."""
+        batches = self.batches.evaluate(subset)
         return evaluate(model, batches, self.device, self.world, self.recipe.amp_dtype, self.config.eval_split)
 
     def check_losses(self, losses: torch.Tensor, epoch: int, first: int) -> None:

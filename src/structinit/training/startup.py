@@ -65,6 +65,9 @@ def startup_lines(config: TrainConfig, data: Any, model: nn.Module, report: Repo
     size = data.image_shape[1] if isinstance(data, TensorData) else config.img_size
     held = f", {config.val_per_class} a class held out for validation" if config.val_per_class else ""
     evaluated = f"evaluated on {config.eval_split} ({eval_images(data, config)} images)"
+    if config.eval_per_class:
+        final = "the last evaluation on all of them" if config.eval_final == "full" else "the last one too"
+        evaluated += f", during training on {config.eval_per_class} a class of them ({final})"
     subset = f" ({config.per_class} a class)" if config.per_class else ""
     params = sum(p.numel() for p in model.parameters())
     warmup = math.ceil(config.warmup_epochs * steps)
