@@ -9,8 +9,13 @@
 3. What `blind_to_content` does: first-layer fidelity of the sharp impulse init (labels.BUNDLE, `impulse`
    before 0.3) on CIFAR-10 test images (64, from ../shared/datasets/cifar10) for the 32 px / patch-4 ViTs,
    with it on and off.
+4. Where each init's structure shows on the README's model (ViT-Ti, 32 px, patch 4, learned position
+   table): mean fidelity over every layer and head on the pseudo input and on the same 64 CIFAR-10 test
+   images (structinit.measure_on_images), and how many of the model's tensors the init changes from timm's
+   construction (the README's "every other weight" statement).
 
     .venv/bin/python benchmarks/bench_details.py          # about a minute on 2 cores
+    .venv/bin/python benchmarks/bench_details.py --only on-images
 """
 
 from __future__ import annotations
@@ -114,9 +119,33 @@ def content_blindness(images: torch.Tensor) -> None:
             print(f"| 32px-p4, {heads} heads | {blind} | {mass.mean():.3f} ({mass.min():.3f}) |")
 
 
+def structure_on_images(images: torch.Tensor) -> None:
+    kwargs = dict(img_size=32, patch_size=4, num_classes=10)
+    print("\n| init (README's model) | fidelity, pseudo input | fidelity, 64 CIFAR-10 images | tensors changed |")
+    print("|---|---|---|---|")
+    for label in ("impulse", "impulse-neurips", "mimetic[base=kaiming]", "timm", "kaiming"):
+        torch.manual_seed(0)
+        model = timm.create_model("vit_tiny_patch16_224", **kwargs)
+        built = {name: t.clone() for name, t in model.state_dict().items()}
+        report = structinit.initialize(model, label, seed=0)
+        structinit.measure_on_images(report, model, prepare(images, model))
+        changed = sum(not torch.equal(t, built[name]) for name, t in model.state_dict().items())
+        uniform = report.on_images["uniform"]
+        print(
+            f"| {label} | {report.mean_fidelity:.3f} | {report.on_images['mean']:.3f} (uniform {uniform:.3f}) "
+            f"| {changed} of {len(built)} |"
+        )
+
+
 def main() -> int:
     print(f"machine: {platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}")
     print(f"command: {' '.join([Path(sys.executable).name, *sys.argv])}\n")
+    if sys.argv[1:] == ["--only", "on-images"]:
+        images = load_images(64)
+        if images is None:
+            raise SystemExit("no CIFAR-10 images under ../shared/datasets/cifar10")
+        structure_on_images(images)
+        return 0
     factorisation_cost()
     threads = torch.get_num_threads()
     eigenpairs_cost()
@@ -126,6 +155,7 @@ def main() -> int:
         print("\n(no CIFAR-10 images under ../shared/datasets/cifar10: content-blindness table skipped)")
     else:
         content_blindness(images)
+        structure_on_images(images)
     return 0
 
 

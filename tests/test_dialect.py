@@ -93,7 +93,7 @@ def test_a_runs_config_yaml_fed_back_repeats_the_run_bit_for_bit(tmp_path):
         torch.load(again / "last.pt", map_location="cpu", weights_only=True),
     )
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
-    clock = ("time", "img_per_s", "epoch_seconds")
+    clock = ("time", "img_per_s", "epoch_seconds", "eval_seconds")
     strip = lambda run: [{k: v for k, v in r.items() if k not in clock} for r in MetricsLog(run).epochs()]  # noqa: E731
     assert strip(first) == strip(again)
     assert read_config(again / "config.yaml") == dataclasses.replace(read_config(first / "config.yaml"), out=str(again))

@@ -28,7 +28,7 @@ from structinit.training.run import TrainingDiverged
 
 FAST = dict(data="digits", per_class=20, model="vit_digits", model_kwargs={"depth": 2}, batch_size=50, quiet=True)
 FLAGS = ["--per-class", "20", "--model-kwargs", "depth=2", "--batch-size", "50", "--quiet"]
-CLOCK = ("time", "img_per_s", "epoch_seconds")
+CLOCK = ("time", "img_per_s", "epoch_seconds", "eval_seconds")
 
 
 def epochs_logged(run: Path) -> list[int]:

@@ -26,7 +26,9 @@ FAST = dict(data="digits", per_class=20, model="vit_digits", model_kwargs={"dept
 def deterministic_metrics(run):
     """metrics.jsonl without the wall-clock columns."""
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in m.items() if k not in ("time", "img_per_s", "epoch_seconds")} for m in lines]
+    return [
+        {k: v for k, v in m.items() if k not in ("time", "img_per_s", "epoch_seconds", "eval_seconds")} for m in lines
+    ]
 
 
 def test_stopped_and_resumed_run_ends_bit_identical(tmp_path):

@@ -92,7 +92,11 @@ def run_init(args: argparse.Namespace) -> int:
         **model_kwargs,
     )
     print(report)
-    digest = save_init(model, args.save, report) if args.save else weights_sha256(model.state_dict())
+    digest = (
+        save_init(model, args.save, report, overwrite=args.overwrite)
+        if args.save
+        else weights_sha256(model.state_dict())
+    )
     print(f"weights sha256: {digest}" + (f", saved to {args.save}" if args.save else ""))
     if args.json:
         atomic_write_text(Path(args.json), json.dumps({**report.to_dict(), "weights_sha256": digest}, indent=2))

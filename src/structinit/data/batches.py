@@ -16,7 +16,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from .augment import BatchAugment
-from .datasets import StreamData, TensorData, dataset_labels
+from .datasets import Relabelled, StreamData, TensorData
 from .imagefolder import ImageError
 from .subsets import stratified_head
 
@@ -41,6 +41,17 @@ class Feed:
     seed: int = 0
     show: bool = False  # a progress bar over each epoch's steps
     eval_per_class: int | None = None  # evaluate(subset=True): up to this many images a class, drawn once
+
+
+def dataset_labels(dataset: torch.utils.data.Dataset) -> torch.Tensor:
+    """The labels of a streamed dataset, read from its listing where it has one (a subset, a relabelled
+    one, an image tree, torchvision's), not by decoding its images."""
+    if isinstance(dataset, torch.utils.data.Subset):
+        return dataset_labels(dataset.dataset)[torch.as_tensor(dataset.indices, dtype=torch.long)]
+    if isinstance(dataset, Relabelled):
+        return dataset.relabel[dataset_labels(dataset.dataset)]
+    labels = getattr(dataset, "targets", None) or getattr(dataset, "_labels", None)
+    return torch.as_tensor(labels if labels is not None else [label for _, label in dataset])
 
 
 def evaluation_labels(data: TensorData | StreamData, split: str) -> torch.Tensor:

@@ -247,17 +247,6 @@ def only_classes(data: TensorData | StreamData, names: list[str], spec: str) -> 
     )
 
 
-def dataset_labels(dataset: torch.utils.data.Dataset) -> torch.Tensor:
-    """The labels of a streamed dataset, read from its listing where it has one (a subset, a relabelled
-    one, an image tree, torchvision's), not by decoding its images."""
-    if isinstance(dataset, torch.utils.data.Subset):
-        return dataset_labels(dataset.dataset)[torch.as_tensor(dataset.indices, dtype=torch.long)]
-    if isinstance(dataset, Relabelled):
-        return dataset.relabel[dataset_labels(dataset.dataset)]
-    labels = getattr(dataset, "targets", None) or getattr(dataset, "_labels", None)
-    return torch.as_tensor(labels if labels is not None else [label for _, label in dataset])
-
-
 def _targets(dataset: torch.utils.data.Dataset) -> list[int]:
     labels = getattr(dataset, "targets", None)
     return labels if labels is not None else [label for _, label in dataset]

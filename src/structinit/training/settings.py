@@ -46,10 +46,7 @@ class TrainConfig(DataSettings):
     Defaults suit `--data digits` on a CPU."""
 
     model: str = setting(
-        "vit_digits",
-        group="common",
-        metavar="NAME",
-        help="timm model or preset (structinit init --list-models)",
+        "vit_digits", group="common", metavar="NAME", help="timm model or preset (structinit init --list-models)"
     )
     model_kwargs: dict[str, Any] = setting(
         {},
@@ -214,11 +211,7 @@ class TrainConfig(DataSettings):
     )
     quiet: bool = setting(False, help="no progress bar or lines", **WATCHED)
     preset: str | None = setting(
-        None,
-        group="common",
-        metavar="NAME",
-        help="recipe preset: small-data, imagenet, cpu-quick",
-        **GRID_AXIS,
+        None, group="common", metavar="NAME", help="recipe preset: small-data, imagenet, cpu-quick", **GRID_AXIS
     )
 
     def __post_init__(self) -> None:
