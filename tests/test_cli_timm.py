@@ -22,7 +22,8 @@ from timm.scheduler import CosineLRScheduler
 import structinit
 from conftest import SHARP, make_imagefolder
 from structinit.cli import main
-from structinit.cli.parser import build_parser, train_config
+from structinit.cli.parser import build_parser
+from structinit.cli.train_flags import train_config
 from structinit.errors import Notice
 from structinit.training.config_file import read_config
 from structinit.training.identity import config_hash

@@ -8,7 +8,8 @@ import torch
 import yaml
 
 from structinit.cli.commands import main
-from structinit.cli.parser import EMA_DECAY, build_parser, train_config
+from structinit.cli.parser import build_parser
+from structinit.cli.train_flags import EMA_DECAY, train_config
 from structinit.training import TrainConfig, read_config
 from structinit.training.record import MetricsLog
 

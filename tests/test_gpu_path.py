@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from conftest import load_benchmark
-from structinit.cli.parser import build_parser, train_config
+from structinit.cli.parser import build_parser
+from structinit.cli.train_flags import train_config
 from structinit.training import TrainConfig
 from structinit.training.recipe import compiles
 

@@ -3,26 +3,39 @@
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from .export import load_init, save_init
-from .fidelity import fidelity, measure_on_images
-from .inits import (
-    METHODS,
-    FilterOptions,
-    ImpulseOptions,
-    MimeticOptions,
-    MixerImpulseOptions,
-    SwinImpulseOptions,
-    initialize,
-)
-from .report import Report
 from .version import __version__
 
 if TYPE_CHECKING:
     from .experiment import GridResult, RunResult, compare, train
+    from .export import load_init, save_init
+    from .fidelity import fidelity, measure_on_images
+    from .inits import (
+        METHODS,
+        FilterOptions,
+        ImpulseOptions,
+        MimeticOptions,
+        MixerImpulseOptions,
+        SwinImpulseOptions,
+        initialize,
+    )
+    from .report import Report
     from .training.settings import TrainConfig
 
-# the trainer's names, imported when first used: `import structinit` stays as quick as the init alone needs
+# every name, imported when first used: `import structinit` (and the command's --help) loads neither torch's
+# models nor timm until a name needs them
 LAZY = {
+    "load_init": "export",
+    "save_init": "export",
+    "fidelity": "fidelity",
+    "measure_on_images": "fidelity",
+    "METHODS": "inits",
+    "FilterOptions": "inits",
+    "ImpulseOptions": "inits",
+    "MimeticOptions": "inits",
+    "MixerImpulseOptions": "inits",
+    "SwinImpulseOptions": "inits",
+    "initialize": "inits",
+    "Report": "report",
     "train": "experiment",
     "compare": "experiment",
     "RunResult": "experiment",
@@ -35,6 +48,10 @@ def __getattr__(name: str) -> Any:
     if name in LAZY:
         return getattr(import_module(f".{LAZY[name]}", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *LAZY])
 
 
 __all__ = [

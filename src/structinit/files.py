@@ -16,11 +16,12 @@ import stat
 import textwrap
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, BinaryIO
-
-import torch
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from .errors import RunError, first_line
+
+if TYPE_CHECKING:
+    import torch
 
 # .NAME.tmpPID: a temporary file of `atomic_write`
 TEMPORARY = re.compile(r"^\.(?P<name>.+)\.tmp(?P<pid>\d+)$")
@@ -189,6 +190,8 @@ def atomic_save(
     """`write` (default torch.save) `obj` to `path` through files.atomic_write (the old file becomes
     prev.pt with `keep_previous`; `then`: what to do after freeing space): a crash leaves the old file,
     a failure one line and no temporary file."""
+    import torch  # here: the command's --help reads this module's neighbours without loading torch
+
     atomic_write(Path(path), lambda f: (write or torch.save)(obj, f), keep_previous=keep_previous, then=then)
 
 
@@ -210,6 +213,8 @@ def read_json_object(path: Path, fix: str) -> dict[str, Any]:
 def weights_sha256(state: dict[str, torch.Tensor]) -> str:
     """A digest of a state dict's names, dtypes, shapes and bytes: two inits are the same weights
     exactly when their digests are equal, without keeping both models."""
+    import torch
+
     digest = hashlib.sha256()
     for name, tensor in sorted(state.items()):
         tensor = tensor.detach().cpu().contiguous()

@@ -18,9 +18,10 @@ from timm.models.mlp_mixer import MlpMixer
 from torch import nn
 
 from .errors import first_line
-from .inits.api import check_seed, initialize
+from .inits.api import initialize
 from .inits.labels import DEFAULT, InitSpec
 from .report import Report
+from .seeds import check_seed
 
 # the paper's v1 ViT at 32 px: no class token, global average pooling, a fixed 2-D sin-cos position table
 V1 = dict(img_size=32, class_token=False, global_pool="avg", pos_embed="sincos")

@@ -133,7 +133,7 @@ def images_lines(pseudo: float | None, on_images: dict[str, Any], unit: str = "h
         lines.append(
             "the structure is on the pseudo input (the position embedding alone), not yet on images: there the "
             "patch embedding outweighs the position embedding inside the LayerNorm and scales down the part the "
-            "Q/K read (a learned table at timm's 0.02 is small); training decides whether the structure is used"
+            "Q/K read; training decides whether the structure is used"
         )
     return lines
 

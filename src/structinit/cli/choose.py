@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 
 from ..training.setting import int_list
-from .parser import add_train_arguments, file_values, train_config, train_values
+from .train_flags import add_train_arguments, file_values, train_config, train_values
 
 
 def add_choose_command(commands: argparse._SubParsersAction) -> None:

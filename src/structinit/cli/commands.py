@@ -9,21 +9,22 @@ import sys
 import threading
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import RunError, one_line_warning
 from ..files import refuse_link
-from ..inits.api import check_seed
 from ..inits.labels import DEFAULT, InitSpec, parse_assignments, split_top_level
-from ..inits.sharpness import PROGRESS_BAR
-from ..models import PRESETS, preset_size
-from ..studies.launch import Cluster
+from ..seeds import check_seed
 from ..training.setting import flag, int_list
 from ..training.settings import TrainConfig
 from ..version import DISTRIBUTION
 from .choose import run_choose
 from .model_flags import init_model_kwargs
-from .parser import build_parser, train_config, train_values
+from .parser import build_parser
+from .train_flags import train_config, train_values
+
+if TYPE_CHECKING:
+    from ..studies.launch import Cluster
 
 FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
 
@@ -158,6 +159,8 @@ def cluster_of(args: argparse.Namespace) -> Cluster | None:
         if given:
             raise ValueError(f"{', '.join(given)} only apply to cluster jobs: add --cluster slurm (or local)")
         return None
+    from ..studies.launch import Cluster
+
     slurm = args.cluster == "slurm"
     return Cluster(
         kind=args.cluster,
@@ -268,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)  # kill: cleaned up and reported as Ctrl-C is
     shown, warnings.formatwarning = warnings.formatwarning, one_line_warning  # the command's warnings: one line
+    from ..inits.sharpness import PROGRESS_BAR  # after parsing: --help needs neither torch's models nor timm
+
     bar = PROGRESS_BAR.set(_solve_bar)  # impulse's first solve of a model shape, where it takes a while
     try:
         return COMMANDS[args.command](args)
@@ -311,6 +316,7 @@ def supported_models(markdown: bool = False) -> str:
     init's fidelity on a small example each (inspection/catalogue.py), then the presets; or, with
     `markdown`, the table of docs/families.md."""
     from ..inspection import catalogue
+    from ..models import PRESETS, preset_size
 
     rows = catalogue.rows()
     if markdown:

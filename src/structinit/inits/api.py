@@ -17,22 +17,14 @@ from ..adapters.convmixer import ConvMixerAdapter, get_conv_adapter
 from ..errors import first_line
 from ..offsets import check_kernel_size
 from ..report import Report
-from .convmixer import FILTER_METHODS, init_filters
+from ..seeds import check_seed
+from .convmixer import init_filters
 from .labels import AUTO, VARIANTS, read_label
+from .names import FILTER_METHODS
 from .options import FilterOptions, MethodOptions
 from .registry import default_label, family_of
 from .sharpness import SOLVE_DEVICE
 from .threads import one_torch_thread
-
-MAX_SEED = 2**32 - 1  # numpy's largest seed: build_model and the trainer seed numpy with it too
-
-
-def check_seed(seed: Any, name: str = "seed") -> None:
-    """A seed is an int in 0..MAX_SEED, in the library as on the command line (`name`: its flag)."""
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"{name} must be an int or None, got {seed!r}")
-    if not 0 <= seed <= MAX_SEED:
-        raise ValueError(f"{name} must lie in 0..{MAX_SEED} (numpy's seeds), got {seed}")
 
 
 def initialize(

@@ -19,9 +19,8 @@ from torch import nn
 from ..adapters.convmixer import ConvMixerAdapter
 from ..offsets import assign_offsets, kernel_offsets
 from ..report import HeadReport, LayerReport
+from .names import FILTER_METHODS
 from .options import FilterOptions
-
-FILTER_METHODS = ("random", "impulse", "box")
 
 
 def init_filters(

@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from .convmixer import FILTER_METHODS
+from .names import FILTER_METHODS, METHOD_NAMES
 from .options import ImpulseOptions
-from .registry import METHODS, check_options
 
 # Named settings of a method. `impulse` itself is the paper's text (options.ImpulseOptions' defaults: Q/K
 # alone at the sharpness of the paper's own solve, on PyTorch's base). `impulse-neurips` is the official
@@ -150,15 +149,17 @@ def read_label(label: str) -> InitSpec:
         return InitSpec(label, name, MappingProxyType({}))
     if name in VARIANTS:
         method, options = VARIANTS[name][0], {**VARIANTS[name][1], **extra}
-    elif name in METHODS or name in FILTER_METHODS:
+    elif name in METHOD_NAMES or name in FILTER_METHODS:
         method, options = name, extra
     else:
-        known = sorted({*METHODS, *FILTER_METHODS, *VARIANTS, DEFAULT, AUTO})
+        known = sorted({*METHOD_NAMES, *FILTER_METHODS, *VARIANTS, DEFAULT, AUTO})
         hint = "options in brackets: impulse[a=1,b=2]"
         if name.endswith((".safetensors", ".pth", ".pt")):
             hint = "a file of weights is --initial-checkpoint FILE, or load_state_dict in Python"
         raise ValueError(f"unknown init {name!r}; choose from {', '.join(known)} ({hint})")
     kernel_size = options.pop(KERNEL_SIZE, None)
+    from .registry import check_options  # the model families, loaded once a label names a method
+
     check_options(method, options)
     return InitSpec(label, method, MappingProxyType(options), kernel_size)
 

@@ -17,9 +17,9 @@ from ..adapters.swin import SwinAdapter
 from ..report import LayerReport
 from .baselines import init_kaiming, init_mimetic, init_timm
 from .cait import init_cait_impulse
-from .convmixer import FILTER_METHODS
 from .impulse import check_impulse, check_qk_norm, init_impulse, init_qk_norm
 from .mixer import check_mixer_impulse, init_mixer_impulse
+from .names import FILTER_METHODS
 from .options import (
     FilterOptions,
     ImpulseOptions,

@@ -28,7 +28,7 @@ from ..adapters.timm_eva import TimmEvaAdapter
 from ..adapters.timm_vit import TimmViTAdapter
 from ..adapters.torchvision_vit import TorchvisionViTAdapter
 from ..inits.api import initialize
-from ..inits.convmixer import FILTER_METHODS
+from ..inits.names import FILTER_METHODS
 from ..inits.registry import FAMILIES, METHODS
 from ..models import create_model
 

@@ -20,8 +20,6 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from ..errors import RunError, one_line_warning
 from ..version import DISTRIBUTION
 
@@ -102,6 +100,8 @@ class TrainJob:
         self.threads = threads
 
     def __call__(self, config: TrainConfig) -> dict[str, Any]:
+        import torch
+
         from ..training.run import train
 
         torch.set_num_threads(self.threads)

@@ -2,9 +2,29 @@
 on which device (device.py), its directory (rundir.py: lock, ownership, record, checkpoint, loggers,
 provenance) and the trainer that drives them (run.py)."""
 
-from .config_file import read_config
-from .presets import presets
-from .run import resume_config, train
-from .settings import TrainConfig
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .config_file import read_config
+    from .presets import presets
+    from .run import resume_config, train
+    from .settings import TrainConfig
+
+# imported when first used: the settings' declarations (setting.py, settings.py) load without the trainer
+LAZY = {
+    "read_config": "config_file",
+    "presets": "presets",
+    "resume_config": "run",
+    "train": "run",
+    "TrainConfig": "settings",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in LAZY:
+        return getattr(import_module(f".{LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["TrainConfig", "presets", "read_config", "resume_config", "train"]

@@ -8,23 +8,13 @@ import inspect
 from typing import TYPE_CHECKING
 
 import torch
-from timm.optim import create_optimizer_v2, get_optimizer_class, list_optimizers
+from timm.optim import create_optimizer_v2, get_optimizer_class
 from timm.scheduler import create_scheduler_v2
 from timm.scheduler.scheduler import Scheduler
 from torch import nn
 
 if TYPE_CHECKING:
     from .settings import TrainConfig
-
-SCHEDULES = ("cosine", "tanh", "step", "multistep", "poly")  # timm's schedules that need no metric
-EXAMPLES = ("adamw", "adam", "sgd", "momentum", "lamb", "lion", "nadamw")  # some of timm's optimisers
-
-
-def check_optimizer(name: str) -> None:
-    """An optimiser timm's factory makes (a `lookahead_` prefix allowed, as timm takes it)."""
-    known = list_optimizers()
-    if name.removeprefix("lookahead_") not in known:
-        raise ValueError(f"--opt {name}: timm has no such optimiser; e.g. {', '.join(EXAMPLES)} ({len(known)} in all)")
 
 
 def optimizer_kernel(device: torch.device) -> dict[str, bool | None]:

@@ -10,13 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 from ..errors import quoted
-from ..inits.api import MAX_SEED
 from ..inits.labels import parse_assignments, split_top_level
+from ..seeds import MAX_SEED
 
-FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+FLOAT32_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max
 # the sections of `train --help` and their titles, in order: the common flags first, on one screen
 GROUPS = {
     "common": "common options",

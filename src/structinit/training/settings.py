@@ -9,13 +9,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ..data.augment import parse_randaugment
-from ..data.datasets import parse_spec
 from ..inits.labels import InitSpec
-from ..models import check_model_kwargs
 from .data_settings import DataSettings
-from .loggers import check_loggers
-from .optimizer import SCHEDULES, check_optimizer
 from .presets import load_preset
 from .setting import (
     GRID_AXIS,
@@ -37,6 +32,8 @@ from .setting import (
     flag as flag,  # studies/results.py takes it from here
 )
 
+SCHEDULES = ("cosine", "tanh", "step", "multistep", "poly")  # timm's schedules that need no metric
+EXAMPLES = ("adamw", "adam", "sgd", "momentum", "lamb", "lion", "nadamw")  # some of timm's optimisers
 INIT_SHORT = "init label, e.g. impulse, timm (init --list-options); auto: mimetic[base=kaiming] on ViTs"
 
 
@@ -242,7 +239,14 @@ class TrainConfig(DataSettings):
 
 
 def check_config(config: TrainConfig) -> None:
-    """Bad values fail here, in flag terms, before any data is loaded or any directory is made."""
+    """Bad values fail here, in flag terms, before any data is loaded or any directory is made. (The
+    checks that need torch, timm or the data's modules import them here: the settings' declarations,
+    which the command's --help reads, need none of them.)"""
+    from ..data.augment import parse_randaugment
+    from ..data.datasets import parse_spec
+    from ..models import check_model_kwargs
+    from .loggers import check_loggers
+
     for f in dataclasses.fields(config):
         check_value(f.name, f.type, SETTINGS[f.name].bounds, getattr(config, f.name))
     if not config.out:  # Path("") is the current directory
@@ -277,6 +281,15 @@ def check_config(config: TrainConfig) -> None:
         raise ValueError("give --per-class or --train-fraction, not both")
     if config.randaugment:
         parse_randaugment(config.randaugment)
+
+
+def check_optimizer(name: str) -> None:
+    """An optimiser timm's factory makes (a `lookahead_` prefix allowed, as timm takes it)."""
+    from timm.optim import list_optimizers
+
+    known = list_optimizers()
+    if name.removeprefix("lookahead_") not in known:
+        raise ValueError(f"--opt {name}: timm has no such optimiser; e.g. {', '.join(EXAMPLES)} ({len(known)} in all)")
 
 
 SETTINGS: dict[str, Setting] = {f.name: f.metadata["setting"] for f in dataclasses.fields(TrainConfig)}
