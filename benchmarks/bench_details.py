@@ -35,9 +35,9 @@ from threadpoolctl import threadpool_limits
 import structinit
 from bench_init import load_images, prepare
 from structinit.adapters import get_adapter
-from structinit.fidelity import layer_inputs
 from structinit.inits.labels import BUNDLE
 from structinit.inits.partial_eigh import largest_eigenpairs
+from structinit.measure import layer_inputs
 from structinit.offsets import offset_mass
 
 

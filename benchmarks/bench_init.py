@@ -107,7 +107,7 @@ def first_layer_fidelity(
     """Mean and worst-head mass of layer 0 on real images: on the assigned offsets for the impulse
     init (the report's), on each head's best offset otherwise."""
     from structinit.adapters import get_adapter
-    from structinit.fidelity import layer_inputs
+    from structinit.measure import layer_inputs
     from structinit.offsets import offset_mass
 
     adapter = get_adapter(model)

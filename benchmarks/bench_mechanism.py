@@ -47,9 +47,9 @@ import structinit
 from structinit.adapters import get_adapter
 from structinit.data.batches import normalise_for, normalised_test_images
 from structinit.data.datasets import load_data
-from structinit.fidelity import attention_entropy, layer_inputs
 from structinit.inits.labels import BUNDLE
 from structinit.inspection.rank import feature_ranks
+from structinit.measure import attention_entropy, layer_inputs
 from structinit.offsets import offset_mass
 from structinit.studies.ledger import write_generated_section
 from structinit.training import TrainConfig, read_config

@@ -424,7 +424,7 @@ def attention_row(init: str, m: dict[str, Any]) -> str:
 
 def attention_at_init(model, images) -> dict[str, Any]:
     """One row of the attention-at-init table, unrounded (what the cache keeps)."""
-    from structinit.fidelity import attention_entropy, fidelity
+    from structinit.measure import attention_entropy, fidelity
 
     real = fidelity(model, images)
     return {

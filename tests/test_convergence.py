@@ -15,8 +15,8 @@ from conftest import assert_same_final_weights, grid_rows, load_benchmark, make_
 from structinit.cli import main
 from structinit.data.datasets import load_data
 from structinit.data.subsets import stratified_split, stratified_subset
-from structinit.fidelity import mean_attention
 from structinit.inits.labels import BUNDLE
+from structinit.measure import mean_attention
 from structinit.studies.grid import run_dir
 from structinit.studies.results import epochs_to_reach, time_to_accuracy
 from structinit.studies.tables import results_markdown

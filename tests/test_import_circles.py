@@ -79,3 +79,20 @@ def test_help_loads_neither_torch_nor_timm(command):
     )
     out = subprocess.run([sys.executable, "-c", code, command], capture_output=True, text=True, check=True).stdout
     assert out.splitlines()[-1] == "[]" and "usage: structinit" in out
+
+
+def test_every_name_of_the_lazy_faces_is_what_it_names_after_every_module_is_loaded():
+    """A face's name that is also one of its modules' names would become the module once it is imported."""
+    import importlib
+    import pkgutil
+    import types
+
+    import structinit
+
+    for module in pkgutil.walk_packages(structinit.__path__, "structinit."):
+        if not module.name.startswith("structinit.cli") and ".__main__" not in module.name:
+            importlib.import_module(module.name)
+    for face in ("structinit", "structinit.inits", "structinit.training"):
+        package = importlib.import_module(face)
+        for name in package.__all__:
+            assert not isinstance(getattr(package, name), types.ModuleType), f"{face}.{name}"

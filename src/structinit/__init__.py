@@ -8,7 +8,6 @@ from .version import __version__
 if TYPE_CHECKING:
     from .experiment import GridResult, RunResult, compare, train
     from .export import load_init, save_init
-    from .fidelity import fidelity, measure_on_images
     from .inits import (
         METHODS,
         FilterOptions,
@@ -18,6 +17,7 @@ if TYPE_CHECKING:
         SwinImpulseOptions,
         initialize,
     )
+    from .measure import fidelity, measure_on_images
     from .report import Report
     from .training.settings import TrainConfig
 
@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 LAZY = {
     "load_init": "export",
     "save_init": "export",
-    "fidelity": "fidelity",
-    "measure_on_images": "fidelity",
+    "fidelity": "measure",
+    "measure_on_images": "measure",
     "METHODS": "inits",
     "FilterOptions": "inits",
     "ImpulseOptions": "inits",

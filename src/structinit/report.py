@@ -9,7 +9,7 @@ import torch
 
 from .offsets import Offset, kernel_offsets, offset_mass
 
-MEASURED = "measured"  # the method of a report that measured a model (fidelity.fidelity): its offsets are its finding
+MEASURED = "measured"  # the method of a report that measured a model (measure.fidelity): its offsets are its finding
 
 
 @dataclass

@@ -14,8 +14,8 @@ from matplotlib.colors import PowerNorm
 
 from ..adapters import get_adapter
 from ..data.batches import normalised_test_images
-from ..fidelity import mean_attention
 from ..files import fitted_title, save_figure
+from ..measure import mean_attention
 from ..report import best_offsets
 from .target import load_target
 

@@ -5,16 +5,16 @@ provenance) and the trainer that drives them (run.py)."""
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from .presets import presets  # light (YAML only), and of a module's name: a lazy name would become the module
+
 if TYPE_CHECKING:
     from .config_file import read_config
-    from .presets import presets
     from .run import resume_config, train
     from .settings import TrainConfig
 
 # imported when first used: the settings' declarations (setting.py, settings.py) load without the trainer
 LAZY = {
     "read_config": "config_file",
-    "presets": "presets",
     "resume_config": "run",
     "train": "run",
     "TrainConfig": "settings",

@@ -18,8 +18,8 @@ from torch import nn
 from ..data.batches import Feed
 from ..data.datasets import StreamData, TensorData, load_data
 from ..export import load_weights
-from ..fidelity import fidelity
 from ..inits.labels import InitSpec
+from ..measure import fidelity
 from ..models import PRESETS, build_model, patch_for
 from ..report import Report
 from .device import Dist, all_reduce_sum, prefer_math_attention, resolve_amp

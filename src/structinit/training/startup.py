@@ -12,7 +12,7 @@ from torch import nn
 
 from ..data.batches import normalised_images
 from ..data.datasets import TensorData
-from ..fidelity import measure_on_images
+from ..measure import measure_on_images
 from ..report import Report, images_lines
 from .settings import TrainConfig
 
