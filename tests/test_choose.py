@@ -70,8 +70,8 @@ def test_the_budget_sets_the_epochs_every_run_can_train():
     assert epochs_for(0.001, 8, 1000, 100, (1e-3, 4e-4)) == 1  # at least one
 
 
-@pytest.mark.parametrize(("batch", "images", "fitted"), [(128, 120, 16), (128, 600, 128), (8, 20, 4), (128, 3, 1)])
-def test_a_batch_that_was_not_asked_is_fitted_to_four_steps_an_epoch(batch, images, fitted):
+@pytest.mark.parametrize(("batch", "images", "fitted"), [(128, 120, 8), (128, 1280, 128), (8, 20, 2), (128, 3, 1)])
+def test_a_batch_that_was_not_asked_is_fitted_to_ten_steps_an_epoch(batch, images, fitted):
     assert fitted_batch(batch, images) == fitted
 
 
@@ -149,15 +149,17 @@ def test_choose_with_its_defaults_fits_the_batch_to_a_150_image_folder(tmp_path,
     argv = ["choose", str(folder), *TINY, "--epochs", "1", "--out", str(tmp_path / "c")]
     assert main(argv) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
-    assert "batch size 16 (not 128): 96 training images, 6 steps an epoch" in out  # 8 a class held out
-    assert "(6 steps at batch 16) of vit_digits" in out and "\nverdict: " in out
+    assert "batch size 8 (not 128): 96 training images, 12 steps an epoch" in out  # 8 a class held out
+    assert "(12 steps at batch 8) of vit_digits" in out and "\nverdict: " in out
 
 
 def test_a_batch_asked_that_exceeds_the_images_is_refused_before_anything_trains(tmp_path, capsys):
     folder = make_imagefolder(tmp_path / "photos", 16, per_class=10, classes=("a", "b"))
     argv = ["choose", str(folder), *TINY, "-b", "64", "--epochs", "1", "--out", str(tmp_path / "c")]
     assert main(argv) == 2
-    assert "--batch-size 64 exceeds the 16 training images: give -b 4" in capsys.readouterr().err
+    assert (
+        "--batch-size 64 exceeds the 16 training images: give -b 16 or less, or leave -b out" in capsys.readouterr().err
+    )
     assert not (tmp_path / "c").exists()
 
 

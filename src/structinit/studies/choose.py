@@ -22,6 +22,7 @@ from ..scale import head_qk_norms
 from ..training.device import Dist, resolve_device
 from ..training.recipe import Recipe, data_of, evaluate, feed_of
 from ..training.settings import TrainConfig
+from ..training.startup import FEW_STEPS
 from .choose_plan import Plan, plan_of, read_plan, write_plan
 from .grid import compare
 from .verdict import Verdict, verdict
@@ -29,7 +30,7 @@ from .verdict import Verdict, verdict
 STRUCTURED = "impulse"  # the paper's text: Q/K alone at its solve's sharpness, on PyTorch's base
 BASELINES = ("mimetic[base=kaiming]", "kaiming", "timm")
 SHARE_OF_BUDGET = 0.8  # the rest: building the models, the sizing itself
-MIN_STEPS = 4  # steps an epoch below which a batch that was not asked for is made smaller
+MIN_STEPS = FEW_STEPS  # steps an epoch below which a batch that was not asked for is made smaller
 
 
 def check_structured(label: str) -> str:
@@ -90,7 +91,10 @@ def batch_for(base: TrainConfig, images: int, fit: bool, say) -> TrainConfig:
         say(f"batch size {batch} (not {base.batch_size}): {images} training images, {images // batch} steps an epoch")
         return dataclasses.replace(base, batch_size=batch)
     if base.batch_size > images:
-        raise ValueError(f"--batch-size {base.batch_size} exceeds the {images} training images: give -b {batch}")
+        raise ValueError(
+            f"--batch-size {base.batch_size} exceeds the {images} training images: give -b {images} or less, or "
+            "leave -b out (choose fits it to the data)"
+        )
     return base
 
 
