@@ -240,3 +240,16 @@ def test_the_time_left_counts_the_evaluations_still_to_come():
     metrics = {"epoch": 1, "epoch_seconds": 5.0, "eval_seconds": 1.0, "test_images": 100}
     # 3 epochs of 5 s, then 2 evaluations of 100 images and one of 10,000 at 0.01 s an image
     assert progress.left(metrics) == pytest.approx(15 + 0.01 * 10_200)
+
+
+def test_a_batch_larger_than_the_images_is_refused_with_the_batch_that_fits(tmp_path, capsys):
+    from conftest import make_imagefolder
+    from structinit.cli import main
+
+    folder = make_imagefolder(tmp_path / "photos", 16, per_class=40, classes=("a", "b", "c"))
+    assert main(["train", str(folder), "--out", str(tmp_path / "r"), "--quiet"]) == 2
+    assert (
+        "--batch-size 128 exceeds the 120 training images: give -b 120 or less (-b 8: 15 steps an epoch)"
+        in capsys.readouterr().err
+    )
+    assert not (tmp_path / "r").exists()

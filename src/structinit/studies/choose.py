@@ -22,7 +22,7 @@ from ..scale import head_qk_norms
 from ..training.device import Dist, resolve_device
 from ..training.recipe import Recipe, data_of, evaluate, feed_of
 from ..training.settings import TrainConfig
-from ..training.startup import FEW_STEPS
+from ..training.startup import batch_for_steps
 from .choose_plan import Plan, plan_of, read_plan, write_plan
 from .grid import compare
 from .verdict import Verdict, verdict
@@ -30,7 +30,6 @@ from .verdict import Verdict, verdict
 STRUCTURED = "impulse"  # the paper's text: Q/K alone at its solve's sharpness, on PyTorch's base
 BASELINES = ("mimetic[base=kaiming]", "kaiming", "timm")
 SHARE_OF_BUDGET = 0.8  # the rest: building the models, the sizing itself
-MIN_STEPS = FEW_STEPS  # steps an epoch below which a batch that was not asked for is made smaller
 
 
 def check_structured(label: str) -> str:
@@ -78,13 +77,12 @@ def epochs_for(minutes: float, runs: int, train_images: int, eval_images: int, p
 
 
 def fitted_batch(batch_size: int, train_images: int) -> int:
-    """The batch size (a power of two) that gives at least MIN_STEPS steps an epoch on `train_images`."""
-    fitted = 1 << max(0, (train_images // MIN_STEPS).bit_length() - 1)
-    return min(batch_size, fitted)
+    """`batch_size`, or the batch (a power of two) that gives FEW_STEPS steps an epoch on `train_images`."""
+    return min(batch_size, batch_for_steps(train_images))
 
 
 def batch_for(base: TrainConfig, images: int, fit: bool, say) -> TrainConfig:
-    """`base` with a batch that gives at least MIN_STEPS steps an epoch when `fit` (said through `say`);
+    """`base` with a batch that gives at least FEW_STEPS steps an epoch when `fit` (said through `say`);
     ValueError where the batch asked exceeds the training images."""
     batch = fitted_batch(base.batch_size, images)
     if fit and batch < base.batch_size:

@@ -38,7 +38,7 @@ from .provenance import environment
 from .recipe import Recipe, data_of, evaluate, feed_of, notices
 from .rundir import RunDir
 from .settings import TrainConfig
-from .startup import measure_init, startup_lines
+from .startup import batch_for_steps, measure_init, startup_lines
 
 # steps between checks that the losses are finite (each check waits for the device)
 FINITE_CHECK_STEPS = 50
@@ -150,8 +150,10 @@ class Run:
         if batch * world.world != config.batch_size or batch < 1:
             raise ValueError(f"--batch-size {config.batch_size} must be a multiple of the {world.world} processes")
         if len(self.data.train_labels) < config.batch_size:
+            images = len(self.data.train_labels)
             raise ValueError(
-                f"--batch-size {config.batch_size} exceeds the {len(self.data.train_labels)} training images"
+                f"--batch-size {config.batch_size} exceeds the {images} training images: give -b {images} or "
+                f"less (-b {batch_for_steps(images)}: {images // batch_for_steps(images)} steps an epoch)"
             )
         feed = feed_of(config, world, show=world.main and not config.quiet)
         self.batches = batches_for(self.data, self.recipe.model, feed, self.device, self.recipe.mixup)

@@ -20,6 +20,11 @@ SAMPLE = 16  # training images the init's maps are measured on
 FEW_STEPS = 10  # an epoch or a warm-up of fewer steps gets a note
 
 
+def batch_for_steps(train_images: int, steps: int = FEW_STEPS) -> int:
+    """The largest power of two that gives at least `steps` steps an epoch on `train_images` (1 at least)."""
+    return 1 << max(0, (train_images // steps).bit_length() - 1)
+
+
 def resolved_init(config: TrainConfig, model: nn.Module) -> str:
     """The init label the run applies: `auto` as the model's family resolves it."""
     if config.initial_checkpoint:
