@@ -253,3 +253,19 @@ def test_a_batch_larger_than_the_images_is_refused_with_the_batch_that_fits(tmp_
         in capsys.readouterr().err
     )
     assert not (tmp_path / "r").exists()
+
+
+def test_the_default_model_takes_streamed_photos_at_their_own_size_not_its_8_px(tmp_path):
+    """Photos over 64 px stream from their files; vit_digits (its patch follows the data) is built for their
+    size, up to 224 px, not for the 8 px digits it defaults to; --img-size still decides where given."""
+    from conftest import make_imagefolder
+    from structinit.training import TrainConfig
+    from structinit.training.device import Dist
+    from structinit.training.recipe import Recipe, data_of
+
+    folder = make_imagefolder(tmp_path / "photos", 96, per_class=2, classes=("a", "b"))
+    for img_size, expected in ((None, 96), (48, 48)):
+        config = TrainConfig(data=f"imagefolder:{folder}", img_size=img_size, batch_size=2, quiet=True)
+        recipe = Recipe(config, data_of(config), torch.device("cpu"), Dist())
+        assert recipe.model.patch_embed.img_size == (expected, expected)
+        assert recipe.model.patch_embed.grid_size == (8, 8)

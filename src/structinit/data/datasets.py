@@ -80,6 +80,7 @@ class StreamData:
     classes: list[str]
     channels: int = 3
     val: torch.utils.data.Dataset | None = None
+    image_size: int | None = None  # the first training image's shorter side, where known
 
     @property
     def num_classes(self) -> int:
@@ -188,7 +189,7 @@ def _imagefolder(name: str, path: Path, cache_dir: str | Path | None, img_size: 
     if max(size) > SMALL_IMAGE_PX:
         train = ImageFiles(train_files, train_labels, classes, train_digests)
         test = ImageFiles(test_files, test_labels, classes, test_digests)
-        return StreamData(name, train, test, torch.tensor(train_labels), list(classes))
+        return StreamData(name, train, test, torch.tensor(train_labels), list(classes), image_size=min(size))
     sized_as = None if img_size else train_files[0]
     train_images = decode_cached(train_files, train_digests, size, sized_as, cache_dir)
     test_images = decode_cached(test_files, test_digests, size, sized_as, cache_dir)
@@ -244,6 +245,7 @@ def only_classes(data: TensorData | StreamData, names: list[str], spec: str) -> 
         relabel[data.train_labels[train_keep]],
         [data.classes[i] for i in kept],
         data.channels,
+        image_size=data.image_size,
     )
 
 

@@ -20,7 +20,7 @@ from ..data.datasets import StreamData, TensorData, load_data
 from ..export import load_weights
 from ..inits.labels import InitSpec
 from ..measure import fidelity
-from ..models import PRESETS, build_model, patch_for
+from ..models import PATCH_FOLLOWS_DATA, PRESETS, build_model, patch_for
 from ..report import Report
 from .device import Dist, all_reduce_sum, prefer_math_attention, resolve_amp
 from .optimizer import create_optimizer, create_schedule, optimizer_kernel
@@ -131,9 +131,18 @@ def notices(config: TrainConfig, data: TensorData | StreamData) -> list[str]:
     return lines
 
 
+STREAMED_SIZE = 224  # the largest input a preset that follows the data takes from streamed images' own size
+
+
 def data_size(config: TrainConfig, data: TensorData | StreamData) -> int | None:
-    """The side of the images the model is built for: the in-memory images', or --img-size."""
-    return data.image_shape[1] if isinstance(data, TensorData) else config.img_size
+    """The side of the images the model is built for: the in-memory images', or --img-size; for streamed
+    images and a preset whose patch follows the data, their own size up to STREAMED_SIZE (a timm model
+    keeps its own input size, as timm's train.py does)."""
+    if isinstance(data, TensorData):
+        return data.image_shape[1]
+    if config.img_size is None and config.model in PATCH_FOLLOWS_DATA and data.image_size:
+        return min(data.image_size, STREAMED_SIZE)
+    return config.img_size
 
 
 def feed_of(config: TrainConfig, world: Dist, show: bool = False) -> Feed:

@@ -14,6 +14,7 @@ from ..data.batches import normalised_images
 from ..data.datasets import TensorData
 from ..measure import measure_on_images
 from ..report import Report, images_lines
+from .recipe import data_size
 from .settings import TrainConfig
 
 SAMPLE = 16  # training images the init's maps are measured on
@@ -37,13 +38,15 @@ def resolved_init(config: TrainConfig, model: nn.Module) -> str:
 
 
 def tokens_of(model: nn.Module) -> str:
-    """'64 tokens (8x8 + 1 prefix)' for a model structinit can measure, else ''."""
+    """', input 32 px, 65 tokens (8x8 + 1 prefix)' for a model structinit can measure, else ''."""
     with contextlib.suppress(Exception):  # a family without attention (ConvMixer) has no tokens
         from ..adapters import get_adapter
 
         adapter = get_adapter(model)
         (rows, cols), prefix = adapter.grid, adapter.num_prefix_tokens
-        return f", {rows * cols + prefix} tokens ({rows}x{cols}" + (f" + {prefix} prefix)" if prefix else ")")
+        size = getattr(getattr(model, "patch_embed", None), "img_size", None)
+        shown = f", input {size[0]} px" if isinstance(size, (tuple, list)) else ""
+        return f"{shown}, {rows * cols + prefix} tokens ({rows}x{cols}" + (f" + {prefix} prefix)" if prefix else ")")
     return ""
 
 
@@ -67,7 +70,7 @@ def eval_images(data: Any, config: TrainConfig) -> int:
 
 def startup_lines(config: TrainConfig, data: Any, model: nn.Module, report: Report, steps: int) -> list[str]:
     """The lines a run says before its first step."""
-    size = data.image_shape[1] if isinstance(data, TensorData) else config.img_size
+    size = data_size(config, data)
     held = f", {config.val_per_class} a class held out for validation" if config.val_per_class else ""
     evaluated = f"evaluated on {config.eval_split} ({eval_images(data, config)} images)"
     if config.eval_per_class:
