@@ -14,8 +14,12 @@
    images (structinit.measure_on_images), and how many of the model's tensors the init changes from timm's
    construction (the README's "every other weight" statement).
 
+5. What a run's start-up measurement costs (training/startup.measure_init: the init's fidelity on 16 of the
+   run's images, once before training): seconds for the README's model and ViT-S/16 at 224 px.
+
     .venv/bin/python benchmarks/bench_details.py          # about a minute on 2 cores
     .venv/bin/python benchmarks/bench_details.py --only on-images
+    .venv/bin/python benchmarks/bench_details.py --only startup
 """
 
 from __future__ import annotations
@@ -137,9 +141,30 @@ def structure_on_images(images: torch.Tensor) -> None:
         )
 
 
+def startup_cost() -> None:
+    from structinit.data.datasets import TensorData
+    from structinit.training.startup import SAMPLE, measure_init
+
+    print(f"\n| model | start-up measurement on {SAMPLE} images (s) |")
+    print("|---|---|")
+    for name, kwargs, size in (
+        ("README's model", dict(img_size=32, patch_size=4, num_classes=10), 32),
+        ("ViT-S/16 224", dict(num_classes=10), 224),
+    ):
+        model = timm.create_model("vit_tiny_patch16_224" if size == 32 else "vit_small_patch16_224", **kwargs)
+        report = structinit.initialize(model, "mimetic", seed=0)
+        images = torch.randint(0, 256, (SAMPLE, 3, size, size), dtype=torch.uint8)
+        data = TensorData("random", images, torch.zeros(SAMPLE, dtype=torch.long), images, torch.zeros(SAMPLE), ["a"])
+        seconds = timed(lambda r=report, m=model, d=data: measure_init(r, m, d, 3), repeats=3)
+        print(f"| {name} | {seconds:.2f} |")
+
+
 def main() -> int:
     print(f"machine: {platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}")
     print(f"command: {' '.join([Path(sys.executable).name, *sys.argv])}\n")
+    if sys.argv[1:] == ["--only", "startup"]:
+        startup_cost()
+        return 0
     if sys.argv[1:] == ["--only", "on-images"]:
         images = load_images(64)
         if images is None:
