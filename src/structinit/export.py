@@ -89,12 +89,8 @@ def check_rebuildable(built: dict[str, Any], state: dict[str, torch.Tensor]) -> 
             f"model_kwargs {', '.join(changed)}: {changed[0]}={kwargs[changed[0]]!r} cannot be recorded as text "
             "(give values that are numbers, text, lists or None; or save it as .pt: the bare weights)"
         )
-    classes, channels = kwargs.pop("num_classes", 1000), kwargs.pop("in_chans", 3)
     try:
-        with torch.device("meta"):
-            rebuilt = create_model(
-                built.get("model") or built["preset"], num_classes=classes, in_chans=channels, data_size=None, **kwargs
-            )
+        rebuilt = _built_as_recorded(built.get("model") or built["preset"], kwargs)
     except (TypeError, ValueError, RuntimeError, KeyError) as error:
         raise ValueError(f"load_init could not build the model from its record ({first_line(error)})") from None
     wrong = misfits(rebuilt, state)
@@ -102,6 +98,22 @@ def check_rebuildable(built: dict[str, Any], state: dict[str, torch.Tensor]) -> 
         raise ValueError(
             f"the record builds another model than these weights ({wrong}): give the keywords it was built with"
         )
+
+
+def _built_as_recorded(name: str, kwargs: dict[str, Any]) -> nn.Module:
+    """The model load_init would build from a record: on the meta device (no memory, no draws), or where
+    this timm reads a value while building (1.0.16: `.item()` of drop-path rates), on the CPU with torch's
+    random state put back after."""
+    classes, channels = kwargs.pop("num_classes", 1000), kwargs.pop("in_chans", 3)
+    build = dict(num_classes=classes, in_chans=channels, data_size=None, **kwargs)
+    try:
+        with torch.device("meta"):
+            return create_model(name, **build)
+    except (RuntimeError, NotImplementedError, ValueError) as error:
+        if "meta" not in str(error):
+            raise
+    with torch.random.fork_rng():
+        return create_model(name, **build)
 
 
 def _record(report: Report | None, built: dict[str, Any]) -> dict[str, str]:
