@@ -19,7 +19,7 @@ from torch import nn
 from .adapters import unwrap
 from .errors import first_line
 from .files import atomic_save, regular_file, weights_sha256
-from .models import constructor, create_model
+from .models import check_model_kwargs, constructor, create_model
 from .report import Report
 
 SUFFIXES = (".safetensors", ".pth", ".pt")
@@ -156,6 +156,8 @@ def read_init(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]
         return state, {key: json.loads(value) if key in JSON_KEYS else value for key, value in record.items()}
     except json.JSONDecodeError as error:
         raise ValueError(f"{path} has a damaged record (not JSON where JSON belongs: {error})") from None
+    except RecursionError:
+        raise ValueError(f"{path} has a damaged record (nested too deep to read)") from None
 
 
 JSON_KEYS = ("seed", "options", "mean_fidelity", "model_kwargs")  # what _record writes as JSON; the rest is text
@@ -164,21 +166,50 @@ JSON_KEYS = ("seed", "options", "mean_fidelity", "model_kwargs")  # what _record
 def load_init(path: str | Path) -> tuple[nn.Module, dict[str, Any]]:
     """The model a .safetensors init was saved from, built again from its record alone (through
     `create_model`: timm's name and keywords, or the preset's class) and loaded with the file's weights
-    (strict); returns (model, record). A ValueError names what the record lacks."""
+    (strict); returns (model, record). The weights must be finite and, where the record holds their sha256,
+    the ones saved; the record's model must fit them before it is built. A ValueError names the fault."""
     state, record = read_init(path)
-    kwargs = record.get("model_kwargs")
-    name = record.get("model") or record.get("preset")
+    kwargs, name = record.get("model_kwargs"), record.get("model") or record.get("preset")
     if not isinstance(kwargs, dict) or not isinstance(name, str):
-        lacks = record.get("missing", "written by an older structinit")
+        lacks = record.get("missing") or (
+            "written by structinit before 0.2, which kept no record" if "structinit" not in record else "damaged"
+        )
         raise ValueError(f"{path} does not record how to build its model ({lacks})")
+    check_saved_weights(path, state, record)
+    blocks = {name.split(".")[1] for name in state if name.startswith("blocks.")}
+    if isinstance(kwargs.get("depth"), int) and blocks and kwargs["depth"] != len(blocks):
+        raise ValueError(
+            f"{path}: its record asks for depth {kwargs['depth']} and its weights hold {len(blocks)} blocks: "
+            "the record is damaged"
+        )
+    try:
+        check_model_kwargs(kwargs, f"{path}: its record's model_kwargs")
+        shape = _built_as_recorded(name, dict(kwargs))  # on the meta device: no memory, no weights drawn
+    except (TypeError, ValueError, RuntimeError, KeyError) as error:
+        raise ValueError(f"{path}: its record builds no model ({first_line(error)}): the record is damaged") from None
+    wrong = misfits(shape, state)
+    if wrong:
+        raise ValueError(f"{path}: its weights do not fit the model its record builds ({wrong})")
     kwargs = dict(kwargs)
     classes, channels = kwargs.pop("num_classes", 1000), kwargs.pop("in_chans", 3)  # timm's defaults
     model = create_model(name, num_classes=classes, in_chans=channels, data_size=None, **kwargs)
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as error:
-        raise ValueError(f"{path}: its weights do not fit the model its record builds ({first_line(error)})") from None
+    model.load_state_dict(state)
     return model, record
+
+
+def check_saved_weights(path: Path, state: dict[str, torch.Tensor], record: dict[str, Any]) -> None:
+    """ValueError where the weights are not finite or not those the record's sha256 names."""
+    bad = [name for name, t in state.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    if bad:
+        raise ValueError(
+            f"{path}: {len(bad)} tensor(s) are not finite ({', '.join(bad[:3])}): not an init to train from"
+        )
+    saved = record.get("weights_sha256")
+    if saved is not None and saved != weights_sha256(state):
+        raise ValueError(
+            f"{path}: its weights are not those it was saved with (the record's sha256 {str(saved)[:12]}... differs): "
+            "the file was changed after save_init wrote it"
+        )
 
 
 # where a training checkpoint keeps the model's weights (timm's train.py, structinit's last.pt)

@@ -75,12 +75,13 @@ def patch_for(name: str, data_size: int | None, kwargs: dict[str, Any]) -> int |
 LOADING_KWARGS = ("pretrained", "pretrained_cfg", "pretrained_cfg_overlay", "checkpoint_path", "pretrained_strict")
 
 
-def check_model_kwargs(kwargs: dict[str, Any]) -> None:
-    """Refuse model keywords that load files: structinit initialises models, it does not load them."""
+def check_model_kwargs(kwargs: dict[str, Any], where: str = "--model-kwargs") -> None:
+    """Refuse model keywords that load files: structinit initialises models, it does not load them
+    (`where`: what gave them, in the message)."""
     loading = [k for k in LOADING_KWARGS if kwargs.get(k)]
     if loading:
         raise ValueError(
-            f"--model-kwargs {', '.join(loading)}: structinit does not load weights or configs into a model "
+            f"{where} {', '.join(loading)}: structinit does not load weights or configs into a model "
             "(a file named there could run code); initialise it, or load your weights after structinit init --save"
         )
 
@@ -124,6 +125,7 @@ def _create(
                 f"img_size={kwargs['img_size']} does not fit the {data_size} px images of the data: leave "
                 "img_size out (it follows in-memory data) or use data of that size"
             )
+    asked = dict(options)  # what the record keeps: a fixed sin-cos table stays "sincos" when rebuilt
     sincos = options.get("pos_embed") == "sincos" and not callable(arch)
     if sincos:
         options["pos_embed"] = "learn"
@@ -137,7 +139,7 @@ def _create(
         raise ValueError(f"{name} cannot be built with {kwargs or 'its defaults'}: {first_line(error)}") from None
     if sincos:
         _fix_sincos_position_table(model)
-    return model, constructor(model, options, preset=name if name in PRESETS else None)
+    return model, constructor(model, asked, preset=name if name in PRESETS else None)
 
 
 def constructor(model: nn.Module, kwargs: dict[str, Any] | None = None, preset: str | None = None) -> dict[str, Any]:

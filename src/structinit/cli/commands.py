@@ -73,7 +73,7 @@ def run_init(args: argparse.Namespace) -> int:
     check_seed(args.seed, "--seed")
     if args.save:
         check_init_path(args.save)
-        if args.json and Path(args.json).absolute() == Path(args.save).absolute():
+        if args.json and Path(args.json).resolve() == Path(args.save).resolve():
             raise ValueError(f"--json and --save both name {args.save}: give the report another file")
     for name, path in (("--save", args.save), ("--json", args.json)):
         if path:
