@@ -166,7 +166,23 @@ def train_config(args: argparse.Namespace, **overrides: Any):
     values = {**file_values(args), **train_values(args), **overrides}
     preset = args.preset or values.pop("preset", None)
     values.pop("preset", None)
-    return TrainConfig.from_preset(preset, **values)
+    config = TrainConfig.from_preset(preset, **values)
+    if getattr(args, "input_size", None):
+        check_input_channels(args.input_size[0], config)
+    return config
+
+
+def check_input_channels(channels: int, config: TrainConfig) -> None:
+    """--input-size's C is the data's channels: checked against the data (loaded only for this flag)."""
+    from ..training.recipe import data_of
+
+    data = data_of(config)
+    has = data.image_shape[0] if hasattr(data, "image_shape") else data.channels
+    if channels != has:
+        size = config.img_size
+        raise ValueError(
+            f"--input-size {channels} {size} {size}: the data ({config.data}) has {has} channel(s); give C = {has}"
+        )
 
 
 def file_values(args: argparse.Namespace) -> dict[str, Any]:

@@ -6,6 +6,7 @@ and the grid's recipe hash all read these declarations; docs/layout.md shows how
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -277,6 +278,12 @@ def check_config(config: TrainConfig) -> None:
         raise ValueError(f"--snapshot-epochs must lie in 0..{config.epochs}, got {epochs}")
     if config.min_lr > config.lr:
         raise ValueError(f"--min-lr {config.min_lr} exceeds --lr {config.lr}: the cosine schedule would climb")
+    if config.warmup_lr > config.lr:
+        raise ValueError(f"--warmup-lr {config.warmup_lr} exceeds --lr {config.lr}: the warm-up would fall to it")
+    milestones = config.decay_milestones
+    if any(m < 1 for m in milestones) or milestones != sorted(set(milestones)):
+        raise ValueError(f"--decay-milestones takes increasing epochs >= 1, got {','.join(map(str, milestones))}")
+    check_optimizer_options(config)
     if config.per_class is not None and config.train_fraction is not None:
         raise ValueError("give --per-class or --train-fraction, not both")
     if config.randaugment:
@@ -290,6 +297,21 @@ def check_optimizer(name: str) -> None:
     known = list_optimizers()
     if name.removeprefix("lookahead_") not in known:
         raise ValueError(f"--opt {name}: timm has no such optimiser; e.g. {', '.join(EXAMPLES)} ({len(known)} in all)")
+
+
+def check_optimizer_options(config: TrainConfig) -> None:
+    """--opt-betas are two numbers in [0, 1), and --opt-betas/--opt-eps only for an optimiser that takes them."""
+    from timm.optim import get_optimizer_class
+
+    betas = config.opt_betas
+    if betas is not None and (len(betas) != 2 or not all(0 <= b < 1 for b in betas)):
+        raise ValueError(f"--opt-betas takes two numbers in [0, 1), e.g. 0.9,0.999, got {','.join(map(str, betas))}")
+    takes = inspect.signature(
+        get_optimizer_class(config.opt.removeprefix("lookahead_"), bind_defaults=False)
+    ).parameters
+    for name, value in (("betas", betas), ("eps", config.opt_eps)):
+        if value is not None and name not in takes:
+            raise ValueError(f"--opt-{name} given, but --opt {config.opt} takes no {name}: leave it out")
 
 
 SETTINGS: dict[str, Setting] = {f.name: f.metadata["setting"] for f in dataclasses.fields(TrainConfig)}
