@@ -141,7 +141,12 @@ REFUSALS = {
         "this model has none",
     ),
     "impulse without a position embedding": (lambda: vit(pos_embed="none"), SHARP, dict, "this model has none"),
-    "impulse at depth 0": (lambda: vit(depth=0), SHARP, dict, r"no attention layers \(depth 0\)"),
+    "impulse at depth 0": (
+        lambda: vit(depth=0),
+        SHARP,
+        dict,
+        r"the model has no blocks \(blocks is empty: built with depth 0\)",
+    ),
     "impulse[scale=content] with a norm after the patch projection": (
         lambda: vit(embed_norm_layer="layernorm"),
         "impulse[scale=content,target_fidelity=0.98,pos_scale=18.0,vproj=mimetic,base=keep]",

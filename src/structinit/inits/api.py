@@ -22,7 +22,7 @@ from .convmixer import init_filters
 from .labels import AUTO, VARIANTS, read_label
 from .names import FILTER_METHODS
 from .options import FilterOptions, MethodOptions
-from .registry import default_label, family_of
+from .registry import VIT_FAMILY, default_label, family_of
 from .sharpness import SOLVE_DEVICE
 from .threads import one_torch_thread
 
@@ -67,6 +67,7 @@ def initialize(
     model = unwrap(model)
     if method == AUTO and isinstance(model, nn.Module):
         method = default_label(model)
+    variant = method.partition("[")[0] if isinstance(method, str) else None
     method, given, kernel_size = _split_method(method, options, kernel_size)
     if isinstance(model, nn.Module) and any(t.is_meta for t in (*model.parameters(), *model.buffers())):
         raise ValueError(
@@ -75,7 +76,7 @@ def initialize(
         )
     try:
         with _on_cpu(model), one_torch_thread():
-            report = _initialize(model, method, kernel_size, seed, given)
+            report = _initialize(model, method, kernel_size, seed, given, variant)
         failed = ""
     except (torch.linalg.LinAlgError, np.linalg.LinAlgError) as error:  # a solve on numbers an option spoilt
         report, failed = None, f" ({first_line(error)})"
@@ -130,9 +131,10 @@ def _on_cpu(model: nn.Module):
 
 
 def _initialize(
-    model: nn.Module, method: str, kernel_size: int | None, seed: int, given: dict | MethodOptions
+    model: nn.Module, method: str, kernel_size: int | None, seed: int, given: dict | MethodOptions, variant: str | None
 ) -> Report:
     generator = torch.Generator().manual_seed(seed)
+    check_has_blocks(model, method)
     conv = get_conv_adapter(model)
     if conv is not None:
         return _initialize_filters(model, conv, method, kernel_size, seed, generator, given)
@@ -142,6 +144,11 @@ def _initialize(
         hint = " (a ConvMixer filter init)" if method in FILTER_METHODS else ""
         raise ValueError(
             f"unknown init method {method!r}{hint} for {adapter.family}; choose one of {', '.join(family.methods)}"
+        )
+    if variant in VARIANTS and family is not VIT_FAMILY:
+        raise ValueError(
+            f"{variant} is a setting of the plain ViT's impulse init ({read_label(variant).options}); {adapter.family} "
+            f"has its own: use impulse (structinit init --list-options)"
         )
     init = family.methods[method]
     resolved = _resolve(init.options, method, given)
@@ -162,6 +169,30 @@ def _initialize(
     seconds = time.perf_counter() - start
     record = {"kernel_size": kernel_size, **resolved.to_dict()}
     return Report(method, type(model).__name__, layers, seconds, seed, record, family.measured_on, family.unit, source)
+
+
+# where a family keeps its blocks: a model built with none has nothing an init could set
+BLOCK_LISTS = (
+    "blocks",
+    "layers",
+    "stages",
+    "encoder.layer",
+    "encoder.layers",
+    "vit.encoder.layer",
+    "vit.encoder.layers",
+)
+
+
+def check_has_blocks(model: nn.Module, method: str) -> None:
+    """ValueError where the model's block list is empty (built with depth 0), before anything is written."""
+    for path in BLOCK_LISTS:
+        found: Any = model
+        for name in path.split("."):
+            found = getattr(found, name, None)
+        if isinstance(found, (nn.Sequential, nn.ModuleList)) and len(found) == 0:
+            raise ValueError(
+                f"the model has no blocks ({path} is empty: built with depth 0): the {method} init has nothing to set"
+            )
 
 
 def _split_method(
@@ -207,6 +238,11 @@ def _initialize_filters(
             f"{adapter.kernel_size} depthwise filters (create the model with kernel_size={kernel_size})"
         )
     options = _resolve(FilterOptions, method, given)
+    if method == "impulse" and adapter.kernel_size % 2 == 0:
+        raise ValueError(
+            f"this ConvMixer's {adapter.kernel_size} x {adapter.kernel_size} filters have no centre, and an impulse "
+            "filter sits at an offset from one: create it with an odd kernel_size (random and box take any)"
+        )
     start = time.perf_counter()
     with torch.no_grad():
         layers = init_filters(adapter, method, generator, options)

@@ -83,6 +83,11 @@ def check_impulse(adapter: ModelAdapter, options: ImpulseOptions) -> None:
     layers = adapter.layers()
     if not layers:
         raise ValueError("the model has no attention layers (depth 0): the impulse init has nothing to set")
+    if options.solver == "authors" and options.target_fidelity is not None:
+        raise ValueError(
+            f"target_fidelity={options.target_fidelity}: the authors' solver (impulse-neurips) sets no strength, "
+            "its maps are as sharp as its qk_scale makes them; give impulse[target_fidelity=...] instead"
+        )
     shrinks = options.scale == "content" and _scales_position(adapter, options.pos_scale)
     if shrinks and adapter.patch_projection() is None:
         raise ValueError(

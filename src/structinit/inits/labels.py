@@ -82,10 +82,11 @@ def parse_assignments(text: str | None, what: str) -> dict[str, Any]:
             raise ValueError(f"{what}: expected key=value, got {item!r}")
         if key.strip() in result:
             raise ValueError(f"{what}: {key.strip()} is given twice")
+        words = {"true": True, "false": False, "none": None}  # as YAML and the shell write them
         try:
             result[key.strip()] = ast.literal_eval(value.strip())
         except (ValueError, SyntaxError):
-            result[key.strip()] = value.strip()
+            result[key.strip()] = words.get(value.strip().lower(), value.strip())
     return result
 
 
