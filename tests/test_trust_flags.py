@@ -38,3 +38,34 @@ def test_a_bad_timm_flag_is_one_line_and_makes_nothing(tmp_path, capsys, flags, 
 def test_the_input_size_of_the_datas_channels_is_taken(tmp_path):
     argv = ["train", "--input-size", "1", "8", "8", "--per-class", "4", "-b", "8", "--epochs", "1", "--quiet"]
     assert main([*argv, "--model-kwargs", "depth=1", "--out", str(tmp_path / "r")]) == 0
+
+
+def test_a_setting_too_long_for_the_runs_record_is_refused_before_training(tmp_path, capsys):
+    label = "impulse[target_fidelity=0.9,solver=" + "k" * 70_000 + "]"
+    assert main(["train", "--init", label, "--epochs", "1", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert len(err) < 400 and not (tmp_path / "r").exists()  # a value is quoted, not printed whole
+    assert main(["train", "--data-root", "d" * 20_000, "--epochs", "1", "--out", str(tmp_path / "r")]) == 2
+    assert "--data-root: 20,002 characters; a run's settings must fit its config.yaml (16 KiB of them)" in (
+        capsys.readouterr().err
+    )
+
+
+def test_compare_refuses_auto_beside_the_label_it_stands_for(tmp_path, capsys):
+    argv = [
+        "compare",
+        "--inits",
+        "auto,mimetic[base=kaiming]",
+        "--seeds",
+        "0",
+        "--epochs",
+        "1",
+        "--out",
+        str(tmp_path / "g"),
+    ]
+    assert main(argv) == 2
+    assert (
+        "--inits lists auto and mimetic[base=kaiming], which auto stands for on vit_digits: each init once"
+        in capsys.readouterr().err
+    )
+    assert not (tmp_path / "g").exists()

@@ -19,7 +19,7 @@ from torch import nn
 from .adapters import unwrap
 from .errors import first_line
 from .files import atomic_save, regular_file, weights_sha256
-from .models import check_model_kwargs, constructor, create_model
+from .models import check_model_kwargs, constructor, create_model, shape_model
 from .report import Report
 
 SUFFIXES = (".safetensors", ".pth", ".pt")
@@ -90,7 +90,7 @@ def check_rebuildable(built: dict[str, Any], state: dict[str, torch.Tensor]) -> 
             "(give values that are numbers, text, lists or None; or save it as .pt: the bare weights)"
         )
     try:
-        rebuilt = _built_as_recorded(built.get("model") or built["preset"], kwargs)
+        rebuilt = shape_model(built.get("model") or built["preset"], kwargs)
     except (TypeError, ValueError, RuntimeError, KeyError) as error:
         raise ValueError(f"load_init could not build the model from its record ({first_line(error)})") from None
     wrong = misfits(rebuilt, state)
@@ -98,22 +98,6 @@ def check_rebuildable(built: dict[str, Any], state: dict[str, torch.Tensor]) -> 
         raise ValueError(
             f"the record builds another model than these weights ({wrong}): give the keywords it was built with"
         )
-
-
-def _built_as_recorded(name: str, kwargs: dict[str, Any]) -> nn.Module:
-    """The model load_init would build from a record: on the meta device (no memory, no draws), or where
-    this timm reads a value while building (1.0.16: `.item()` of drop-path rates), on the CPU with torch's
-    random state put back after."""
-    classes, channels = kwargs.pop("num_classes", 1000), kwargs.pop("in_chans", 3)
-    build = dict(num_classes=classes, in_chans=channels, data_size=None, **kwargs)
-    try:
-        with torch.device("meta"):
-            return create_model(name, **build)
-    except (RuntimeError, NotImplementedError, ValueError) as error:
-        if "meta" not in str(error):
-            raise
-    with torch.random.fork_rng():
-        return create_model(name, **build)
 
 
 def _record(report: Report | None, built: dict[str, Any]) -> dict[str, str]:
@@ -184,7 +168,7 @@ def load_init(path: str | Path) -> tuple[nn.Module, dict[str, Any]]:
         )
     try:
         check_model_kwargs(kwargs, f"{path}: its record's model_kwargs")
-        shape = _built_as_recorded(name, dict(kwargs))  # on the meta device: no memory, no weights drawn
+        shape = shape_model(name, dict(kwargs))  # on the meta device: no memory, no weights drawn
     except (TypeError, ValueError, RuntimeError, KeyError) as error:
         raise ValueError(f"{path}: its record builds no model ({first_line(error)}): the record is damaged") from None
     wrong = misfits(shape, state)

@@ -156,6 +156,23 @@ def constructor(model: nn.Module, kwargs: dict[str, Any] | None = None, preset: 
     return built
 
 
+def shape_model(name: str, kwargs: dict[str, Any]) -> nn.Module:
+    """Model `name` built with `kwargs` (num_classes and in_chans among them, or timm's defaults) for its
+    shapes and types: on the meta device (no memory, no draws), or where this timm reads a value while
+    building (1.0.16: `.item()` of drop-path rates), on the CPU with torch's random state put back after."""
+    kwargs = dict(kwargs)
+    classes, channels = kwargs.pop("num_classes", 1000), kwargs.pop("in_chans", 3)
+    build = dict(num_classes=classes, in_chans=channels, data_size=None, **kwargs)
+    try:
+        with torch.device("meta"):
+            return create_model(name, **build)
+    except (RuntimeError, NotImplementedError, ValueError) as error:
+        if "meta" not in str(error):
+            raise
+    with torch.random.fork_rng():
+        return create_model(name, **build)
+
+
 def preset_size(name: str) -> str:
     """Preset `name`'s size, read off it built on the meta device (no memory, no init): its tokens at
     its image size (ConvMixer has none: 32 px, the study's), patch, width, depth and heads."""

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar
 
+from ..errors import quoted
+
 
 def option(
     default: Any,
@@ -81,15 +83,15 @@ def _check(what: str, f: Any, value: Any) -> None:
     if value is None and "None" in kinds:
         return
     if "bool" in kinds and not isinstance(value, bool):
-        raise TypeError(f"option {f.name} of {what} takes True or False, got {value!r}")
+        raise TypeError(f"option {f.name} of {what} takes True or False, got {quoted(value)}")
     if kinds & {"int", "float"} and (isinstance(value, bool) or not isinstance(value, (int, float))):
-        raise TypeError(f"option {f.name} of {what} takes a number, got {value!r}")
+        raise TypeError(f"option {f.name} of {what} takes a number, got {quoted(value)}")
     if "int" in kinds and "float" not in kinds and not isinstance(value, int):
-        raise TypeError(f"option {f.name} of {what} takes an integer, got {value!r}")
+        raise TypeError(f"option {f.name} of {what} takes an integer, got {quoted(value)}")
     if "str" in kinds and not isinstance(value, str):
-        raise TypeError(f"option {f.name} of {what} takes text, got {value!r}")
+        raise TypeError(f"option {f.name} of {what} takes text, got {quoted(value)}")
     if meta["choices"] and value not in meta["choices"]:
-        raise ValueError(f"{f.name} must be one of {', '.join(map(repr, meta['choices']))}, got {value!r}")
+        raise ValueError(f"{f.name} must be one of {', '.join(map(repr, meta['choices']))}, got {quoted(value)}")
     if meta["bounds"]:
         low, high, low_open, high_open = meta["bounds"]
         below = value != value or (low is not None and (value <= low if low_open else value < low))  # NaN fails
@@ -101,7 +103,7 @@ def _check(what: str, f: Any, value: Any) -> None:
                 valid = f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
             none = " or None" if "None" in kinds else ""
             why = f" ({meta['why']})" if meta["why"] else ""
-            raise ValueError(f"{f.name} must be {valid}{none}{why}, got {value!r}")
+            raise ValueError(f"{f.name} must be {valid}{none}{why}, got {quoted(value)}")
     if kinds & {"int", "float"} and not math.isfinite(value):
         raise ValueError(f"option {f.name} of {what} takes a finite number, got {value}")
 

@@ -73,6 +73,7 @@ def compare(
         twice = sorted({str(v) for v in values if values.count(v) > 1})
         if twice:
             raise ValueError(f"{name} lists {', '.join(twice)} twice: each run of the grid once")
+    _check_auto_once(base, inits)
     _check_grid_directory(out)
     configs = [
         dataclasses.replace(base, init=init, seed=seed, per_class=pc, out=str(run_dir(out, pc, init, seed)))
@@ -93,6 +94,18 @@ def compare(
 
 
 RESULT_FILES = ("results.csv", "results.md", "curves.png", "summary.png")
+
+
+def _check_auto_once(base: TrainConfig, inits: list[str]) -> None:
+    """Refuse 'auto' beside the label it stands for on the grid's model: the same init trained twice."""
+    if "auto" not in inits:
+        return
+    from ..inits.registry import default_label
+    from ..models import shape_model
+
+    meant = default_label(shape_model(base.model, {"num_classes": 10, **base.model_kwargs}))
+    if meant in inits:
+        raise ValueError(f"--inits lists auto and {meant}, which auto stands for on {base.model}: each init once")
 
 
 def _check_grid_directory(out: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,7 @@ from .setting import (
 from .setting import (
     flag as flag,  # studies/results.py takes it from here
 )
+from .settings_yaml import MAX_BYTES
 
 SCHEDULES = ("cosine", "tanh", "step", "multistep", "poly")  # timm's schedules that need no metric
 EXAMPLES = ("adamw", "adam", "sgd", "momentum", "lamb", "lion", "nadamw")  # some of timm's optimisers
@@ -284,6 +286,7 @@ def check_config(config: TrainConfig) -> None:
     if any(m < 1 for m in milestones) or milestones != sorted(set(milestones)):
         raise ValueError(f"--decay-milestones takes increasing epochs >= 1, got {','.join(map(str, milestones))}")
     check_optimizer_options(config)
+    check_written_size(config)
     if config.per_class is not None and config.train_fraction is not None:
         raise ValueError("give --per-class or --train-fraction, not both")
     if config.randaugment:
@@ -297,6 +300,18 @@ def check_optimizer(name: str) -> None:
     known = list_optimizers()
     if name.removeprefix("lookahead_") not in known:
         raise ValueError(f"--opt {name}: timm has no such optimiser; e.g. {', '.join(EXAMPLES)} ({len(known)} in all)")
+
+
+def check_written_size(config: TrainConfig) -> None:
+    """The settings fit the run's config.yaml, which is read back bounded (settings_yaml.MAX_BYTES): a
+    70,000-character label would train and then leave a record no command can read."""
+    written = {f.name: len(json.dumps(getattr(config, f.name), default=str)) for f in dataclasses.fields(config)}
+    if sum(written.values()) > MAX_BYTES // 4:
+        longest = max(written, key=lambda name: written[name])
+        raise ValueError(
+            f"{flag(longest)}: {written[longest]:,} characters; a run's settings must fit its config.yaml "
+            f"({MAX_BYTES // 4 >> 10} KiB of them): give a shorter value"
+        )
 
 
 def check_optimizer_options(config: TrainConfig) -> None:
