@@ -86,7 +86,14 @@ def _checked_record(path: Path) -> tuple[dict[str, Any], TrainConfig, dict[str, 
     if not summary_of_the_run(curve, summary):
         raise RunError(f"{path}/summary.json is not the run's (its metrics are not the log's epoch {done}): {REPAIR}")
     if (path / "last.pt").exists():
-        trained = load_checkpoint(path / "last.pt", mmap=True)["config"]
+        checkpoint = load_checkpoint(path / "last.pt", mmap=True)
+        kept = checkpoint.get("metrics")  # the epoch's metrics as the run computed them
+        if kept and (checkpoint.get("epoch") != done or not summary_of_the_run([kept], summary)):
+            raise RunError(
+                f"{path}/summary.json and metrics.jsonl are not what its last.pt recorded of epoch "
+                f"{checkpoint.get('epoch')}: {REPAIR}"
+            )
+        trained = checkpoint["config"]
         differ = identity_differences(trained, dataclasses.asdict(resolved))
         if differ:
             listed = ", ".join(map(flag, differ))

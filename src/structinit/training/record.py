@@ -77,9 +77,16 @@ class MetricsLog:
             raise RunError(f"cannot write {self.path} ({reason or error}): free some space and --resume") from None
 
     def reconcile(self, epoch: int, lines: list[dict[str, Any]]) -> None:
-        """Make the log end at `epoch`, the checkpoint's: drop later lines, put back the checkpoint's
-        `lines` (its events and its epoch's line) that a crash lost; and make it the run's own file."""
-        records = [r for r in self.records() if r.get("epoch", r.get("after_epoch", 0)) <= epoch]
+        """Make the log end at `epoch`, the checkpoint's: drop later lines and any other line of that epoch
+        (the checkpoint's is what was computed), put back the checkpoint's `lines` (its events and its
+        epoch's line) that a crash lost; and make it the run's own file."""
+        own = [line for line in lines if "event" not in line]  # the checkpoint's own line of its epoch
+        records = [
+            r
+            for r in self.records()
+            if r.get("epoch", r.get("after_epoch", 0)) <= epoch
+            and not (own and "event" not in r and r.get("epoch") == epoch and r not in own)
+        ]
         records += [line for line in lines if line not in records]
         text = "".join(json.dumps(r) + "\n" for r in records)
         if not self.path.exists() or self.shared() or self.path.read_text() != text:

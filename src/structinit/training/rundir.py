@@ -67,6 +67,7 @@ class RunDir:
         changes = self.allowed_changes(saved, done)
         if self.main:
             self.refuse_files_ahead(saved, done, checkpoint["model"])
+            self.refuse_a_summary_not_of(checkpoint)
             clear_temporaries(self.out)
             self.log.reconcile(done, checkpoint_lines(checkpoint))
             before = self.repair_record(saved, done)
@@ -141,6 +142,19 @@ class RunDir:
             raise RunError(
                 f"{ahead[0]} is not this run's (it is at epoch {done}), and the run would write over it: move it "
                 "away (it stays as it is), then --resume"
+            )
+
+    def refuse_a_summary_not_of(self, checkpoint: dict[str, Any]) -> None:
+        """Before any write: a summary.json of the checkpoint's epoch must hold the metrics the checkpoint
+        recorded of it (a summary edited by hand is not repaired into the log)."""
+        summary, kept = self.out / "summary.json", checkpoint.get("metrics")
+        if not summary.exists() or not kept:
+            return
+        record = read_json_object(summary, "move it away: --resume writes the run's own when it finishes")
+        if record.get("epochs_done") == checkpoint["epoch"] and not summary_of_the_run([kept], record):
+            raise RunError(
+                f"{summary} is not this run's (not what last.pt recorded of epoch {checkpoint['epoch']}): move it "
+                "away (it stays as it is); --resume writes the run's own when it finishes"
             )
 
     def repair_record(self, saved: TrainConfig, done: int) -> dict[str, Any] | None:
