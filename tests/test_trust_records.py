@@ -46,3 +46,12 @@ def test_after_the_advised_fix_resume_puts_back_the_runs_own_line_and_summary(tm
     assert [line["test_top1"] for line in lines if line.get("epoch") == 1] == [truth["test_top1"]]
     assert json.loads((run / "summary.json").read_text())["test_top1"] == truth["test_top1"]
     assert main(argv) == 0  # the grid takes it again
+
+
+def test_an_out_that_reads_as_a_number_is_recorded_as_text(tmp_path, monkeypatch):
+    from structinit.training import read_config
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", *SMALL, "--epochs", "1", "--out", "1e400"]) == 0
+    assert read_config(tmp_path / "1e400" / "config.yaml").out == "1e400"
+    assert main(["train", "--resume", "--out", "1e400", "--epochs", "2", "--quiet"]) == 0

@@ -24,6 +24,14 @@ def first_line(error: BaseException) -> str:
     return (text.strip().splitlines() or [type(error).__name__])[0][:200]
 
 
+def one_line(message: str) -> str:
+    """`message` on one line, a word of over 200 characters (a path, a label the user gave) shown by its ends."""
+    short = re.sub(
+        r"\S{200,}", lambda m: f"{m.group()[:60]}...({len(m.group()):,} characters)...{m.group()[-20:]}", message
+    )
+    return " ".join(short.split())
+
+
 def quoted(value: object, limit: int = 80) -> str:
     """A value's repr as a one-line message quotes it: cut to `limit` characters (a file can hold a long list)."""
     text = repr(value)

@@ -7,6 +7,7 @@ Nothing is written through a link: a link where the tool would write a file is r
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -29,6 +30,20 @@ TEMPORARY = re.compile(r"^\.(?P<name>.+)\.tmp(?P<pid>\d+)$")
 
 def temporary(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp{os.getpid()}")
+
+
+@contextlib.contextmanager
+def folders_kept_only_if_used(path: Path):
+    """Run the block; if it fails, remove the folders it made on the way to `path` that are still empty
+    (a refused grid or comparison leaves no directory behind)."""
+    made = [p for p in (Path(path), *Path(path).parents) if not p.exists()]
+    try:
+        yield
+    except BaseException:
+        for folder in made:
+            with contextlib.suppress(OSError):  # not empty: something of the user's or a run's is there
+                folder.rmdir()
+        raise
 
 
 def refuse_link(path: Path) -> None:

@@ -11,7 +11,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import RunError, one_line_warning
+from ..errors import RunError, one_line, one_line_warning
 from ..files import refuse_link
 from ..inits.labels import DEFAULT, InitSpec, parse_assignments, split_top_level
 from ..seeds import check_seed
@@ -19,6 +19,7 @@ from ..training.setting import flag, int_list
 from ..training.settings import TrainConfig
 from ..version import DISTRIBUTION
 from .choose import run_choose
+from .listings import options_help, supported_models
 from .model_flags import init_model_kwargs
 from .parser import build_parser
 from .train_flags import train_config, train_values
@@ -307,43 +308,5 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def fail(command: str, message: str) -> int:
-    print(f"structinit {command}: error: {message}", file=sys.stderr)
+    print(f"structinit {command}: error: {one_line(message)}", file=sys.stderr)
     return 2
-
-
-def supported_models(markdown: bool = False) -> str:
-    """The families structinit initialises, read from its registry: their init methods and the impulse
-    init's fidelity on a small example each (inspection/catalogue.py), then the presets; or, with
-    `markdown`, the table of docs/families.md."""
-    from ..inspection import catalogue
-    from ..models import PRESETS, preset_size
-
-    rows = catalogue.rows()
-    if markdown:
-        return catalogue.markdown(rows)
-    lines = [
-        catalogue.text(rows),
-        "presets for small images (give the size: structinit init NAME --model-kwargs img_size=32):",
-    ]
-    width = max(map(len, PRESETS))
-    lines += [f"  {name:<{width}}  {preset_size(name)}" for name in PRESETS]
-    return "\n".join(lines)
-
-
-def options_help() -> str:
-    """Every init method's options, once per options class: `structinit init --list-options`."""
-    from ..inits.options import FilterOptions, NoOptions
-    from ..inits.registry import FAMILIES, VIT_FAMILY
-
-    classes = [init.options for family in (VIT_FAMILY, *FAMILIES) for init in family.methods.values()]
-    lines = [
-        "init options go in the label's brackets, e.g. impulse[target_fidelity=0.9,kernel_size=5]; every method "
-        "also takes kernel_size, the f of the f x f kernel (default 3; ConvMixer: its own)"
-    ]
-    for cls in dict.fromkeys([*classes, FilterOptions]):
-        if cls is NoOptions:
-            continue
-        summary = " ".join((cls.__doc__ or "").split())
-        lines.append(f"\n{cls.__name__}: {summary}")
-        lines += ["  " + line.replace("\n", "\n  ") for line in cls.describe()]
-    return "\n".join(lines)

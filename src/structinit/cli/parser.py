@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from .. import __version__
+from ..errors import one_line
 from ..inits.labels import VARIANTS
 from ..inits.names import METHOD_NAMES
 from ..studies.launch import CLUSTERS
@@ -37,7 +38,7 @@ USAGE = "structinit train [DIR] [--data SPEC] [--model NAME] [--init LABEL] [--o
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="structinit", description="The `structinit` command.")
+    parser = _OneLineErrors(prog="structinit", description="The `structinit` command.")
     parser.add_argument("--version", action="version", version=f"structinit {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_subparser)
     add_init_command(commands)
@@ -77,8 +78,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _OneLineErrors(argparse.ArgumentParser):
+    """A command's parser whose errors are one line naming the command, as every other error is (argparse's
+    own prints its usage first, the whole flag list for train)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {one_line(message)} ({self.prog} --help lists the flags)\n")
+
+
 def _subparser(**kwargs: Any) -> argparse.ArgumentParser:
-    return argparse.ArgumentParser(formatter_class=_Formatter, **kwargs)
+    return _OneLineErrors(formatter_class=_Formatter, **kwargs)
 
 
 def add_init_command(commands: argparse._SubParsersAction) -> None:

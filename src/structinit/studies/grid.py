@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from ..files import read_json_object, refuse_link, remove_temporaries
+from ..files import folders_kept_only_if_used, read_json_object, refuse_link, remove_temporaries
 from ..training.config_file import read_config
 from ..training.identity import identity
 from ..training.lock import RunLock
@@ -75,6 +75,22 @@ def compare(
             raise ValueError(f"{name} lists {', '.join(twice)} twice: each run of the grid once")
     _check_auto_once(base, inits)
     _check_grid_directory(out)
+    with folders_kept_only_if_used(out):
+        return _compare(base, inits, seeds, per_class, out, parallel, rerun, threads, cluster, wide)
+
+
+def _compare(
+    base: TrainConfig,
+    inits: list[str],
+    seeds: list[int],
+    per_class: list[int | None],
+    out: Path,
+    parallel: int,
+    rerun: bool,
+    threads: int | None,
+    cluster: Cluster | None,
+    wide: bool,
+) -> list[dict[str, Any]]:
     configs = [
         dataclasses.replace(base, init=init, seed=seed, per_class=pc, out=str(run_dir(out, pc, init, seed)))
         for pc in per_class

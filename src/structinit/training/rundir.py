@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from torch import nn
 
 from ..errors import RunError
@@ -24,6 +23,7 @@ from .provenance import ENVIRONMENT
 from .record import MetricsLog, checkpoint_lines, summary_of_the_run
 from .setting import flag
 from .settings import TrainConfig
+from .settings_yaml import dump_yaml
 
 
 class RunDir:
@@ -213,7 +213,7 @@ class RunDir:
 def write_config(out: Path, values: dict[str, Any], env: dict[str, Any], if_changed: bool = False) -> None:
     """The settings as asked (read back with read_config), then where they ran (`if_changed`: only if
     the file says otherwise)."""
-    text = yaml.safe_dump({**values, ENVIRONMENT: env}, sort_keys=False)
+    text = dump_yaml({**values, ENVIRONMENT: env})
     path = out / "config.yaml"
     if not (if_changed and path.exists() and path.read_text() == text):
         atomic_write_text(path, text)

@@ -91,3 +91,21 @@ class _SettingsLoader(yaml.SafeLoader):
 
 # an integer stays an integer: PyYAML tries the int resolver first, then this one
 _SettingsLoader.add_implicit_resolver("tag:yaml.org,2002:float", FLOAT, list("-+0123456789."))
+
+
+def dump_yaml(values: dict[str, Any]) -> str:
+    """`values` as YAML that load_yaml reads back as they are: text that would read as a number here
+    (`--out 1e400`, which YAML 1.1 writes bare) is quoted."""
+    return yaml.dump(values, Dumper=_SettingsDumper, sort_keys=False)
+
+
+class _SettingsDumper(yaml.SafeDumper):
+    """yaml.safe_dump, quoting the text that _SettingsLoader's number resolver would read as a number."""
+
+
+def _text(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "'" if FLOAT.match(value) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_SettingsDumper.add_representer(str, _text)
