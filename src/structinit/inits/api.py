@@ -67,8 +67,7 @@ def initialize(
     model = unwrap(model)
     if method == AUTO and isinstance(model, nn.Module):
         method = default_label(model)
-    variant = method.partition("[")[0] if isinstance(method, str) else None
-    method, given, kernel_size = _split_method(method, options, kernel_size)
+    variant, (method, given, kernel_size) = _variant(method), _split_method(method, options, kernel_size)
     if isinstance(model, nn.Module) and any(t.is_meta for t in (*model.parameters(), *model.buffers())):
         raise ValueError(
             "the model's weights are on the meta device (no values): materialise it first, e.g. "
@@ -193,6 +192,11 @@ def check_has_blocks(model: nn.Module, method: str) -> None:
             raise ValueError(
                 f"the model has no blocks ({path} is empty: built with depth 0): the {method} init has nothing to set"
             )
+
+
+def _variant(method: Any) -> str | None:
+    """The name a label starts with ('impulse-neurips' of 'impulse-neurips[...]'), for the family check."""
+    return method.partition("[")[0] if isinstance(method, str) else None
 
 
 def _split_method(

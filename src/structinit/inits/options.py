@@ -1,11 +1,9 @@
 """The options of every init method, each defined once: a frozen dataclass per method whose fields
-carry their default, their help and their valid values.
-
-The same class serves the Python call (`initialize(model, "impulse", target_fidelity=0.9)` or
-`initialize(model, ImpulseOptions(target_fidelity=0.9))`), the init labels of the command line
-(`impulse[target_fidelity=0.9]`, checked before a grid starts) and `structinit init --list-options`,
-and the report records the resolved instance, so a default changed here changes all of them.
-"""
+carry their default, their help and their valid values. The same class serves the Python call
+(`initialize(model, "impulse", target_fidelity=0.9)` or `initialize(model, ImpulseOptions(target_fidelity=0.9))`),
+the init labels of the command line (`impulse[target_fidelity=0.9]`, checked before a grid starts) and
+`structinit init --list-options`, and the report records the resolved instance, so a default changed here
+changes all of them."""
 
 from __future__ import annotations
 
