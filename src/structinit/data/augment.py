@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torchvision.transforms import v2
 
+TIMM_PARTS = ("m", "n", "mstd", "mmax", "inc", "w", "p")  # timm's rand_augment_transform reads these
+
 
 def parse_randaugment(spec: str) -> v2.RandAugment:
     """timm's RandAugment string ('rand-m9-n2-mstd0.5-inc1') as torchvision's RandAugment with the
@@ -23,8 +25,13 @@ def parse_randaugment(spec: str) -> v2.RandAugment:
         raise ValueError(f"--randaugment takes timm's 'rand-m9-n2...' form, got {spec!r}")
     options = {"m": 9.0, "n": 2.0}
     for part in parts[1:]:
-        match = re.fullmatch(r"([a-z]+)([0-9.]+)", part)
-        if match and match.group(1) in options:
+        match = re.fullmatch(r"([a-z]+)([0-9]+(?:\.[0-9]*)?)", part)
+        if not match or match.group(1) not in TIMM_PARTS:
+            raise ValueError(
+                f"--randaugment {spec}: {part!r} is none of timm's parts ({', '.join(TIMM_PARTS)} with a number, "
+                "e.g. rand-m9-n2-mstd0.5)"
+            )
+        if match.group(1) in options:
             options[match.group(1)] = float(match.group(2))
     return v2.RandAugment(num_ops=int(options["n"]), magnitude=int(options["m"]), num_magnitude_bins=11)
 
