@@ -30,7 +30,9 @@ def tag_as_cuda(path, monkeypatch):
 
 def test_a_checkpoint_written_on_a_gpu_opens_on_a_cpu(tmp_path, monkeypatch, capsys):
     run = tmp_path / "run"
-    assert main(["train", *FLAGS, "--epochs", "1", "--out", str(run)]) == 0
+    # trained on the CPU and tagged as CUDA's, on any machine: on a GPU machine "auto" would train there,
+    # and the comparison below would set a CUDA-trained run against a CPU-resumed one (issue 61)
+    assert main(["train", *FLAGS, "--epochs", "1", "--device", "cpu", "--out", str(run)]) == 0
     tag_as_cuda(run / "last.pt", monkeypatch)
     if not torch.cuda.is_available():  # the file really is a GPU checkpoint: a plain load fails here
         with pytest.raises(RuntimeError, match="CUDA"):
@@ -40,7 +42,7 @@ def test_a_checkpoint_written_on_a_gpu_opens_on_a_cpu(tmp_path, monkeypatch, cap
     assert main(["train", "--resume", "--out", str(run), "--epochs", "2", "--device", "cpu", "--quiet"]) == 0
     assert [r["epoch"] for r in MetricsLog(run).epochs()] == [1, 2]
     # the resumed epoch ran the CPU's AdamW, not the fused kernel the GPU's checkpoint names
-    assert main(["train", *FLAGS, "--epochs", "2", "--out", str(tmp_path / "whole")]) == 0
+    assert main(["train", *FLAGS, "--epochs", "2", "--device", "cpu", "--out", str(tmp_path / "whole")]) == 0
     resumed, whole = (torch.load(r / "last.pt", weights_only=True)["model"] for r in (run, tmp_path / "whole"))
     assert all(torch.equal(resumed[k], whole[k]) for k in whole)
 
