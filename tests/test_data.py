@@ -139,3 +139,29 @@ def test_classes_of_a_streamed_image_tree_are_relabelled_too(tmp_path):
     assert len(data.train) == len(data.test) == 6 and data.train_labels.tolist() == [0, 0, 0, 1, 1, 1]
     assert [label for _, label in data.test] == [0, 0, 0, 1, 1, 1]
     assert np.array_equal(np.array(data.train[3][0]), np.array(Image.open(root / "train" / "c" / "0.png")))
+
+
+def test_evaluation_labels_are_read_from_a_listing_of_any_kind_without_decoding():
+    """A list (image trees, CIFAR), a tensor (MNIST) or an array under `labels` (SVHN, STL-10); through
+    subsets. A tensor of targets used to be tested for truth and fail."""
+    import numpy as np
+
+    from structinit.data.batches import dataset_labels
+
+    class Listed(torch.utils.data.Dataset):
+        def __init__(self, name, labels):
+            setattr(self, name, labels)
+
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, index):
+            raise AssertionError("decoded an image to read a label")
+
+    for name, labels in (
+        ("targets", [0, 1, 1, 0]),
+        ("targets", torch.tensor([0, 1, 1, 0])),
+        ("labels", np.array([0, 1, 1, 0])),
+    ):
+        subset = torch.utils.data.Subset(Listed(name, labels), [1, 3])
+        assert dataset_labels(subset).tolist() == [1, 0]

@@ -50,8 +50,10 @@ def dataset_labels(dataset: torch.utils.data.Dataset) -> torch.Tensor:
         return dataset_labels(dataset.dataset)[torch.as_tensor(dataset.indices, dtype=torch.long)]
     if isinstance(dataset, Relabelled):
         return dataset.relabel[dataset_labels(dataset.dataset)]
-    labels = getattr(dataset, "targets", None) or getattr(dataset, "_labels", None)
-    return torch.as_tensor(labels if labels is not None else [label for _, label in dataset])
+    for name in ("targets", "_labels", "labels"):  # image trees, torchvision's sets (a list, array or tensor)
+        if getattr(dataset, name, None) is not None:
+            return torch.as_tensor(getattr(dataset, name))
+    return torch.as_tensor([label for _, label in dataset])
 
 
 def evaluation_labels(data: TensorData | StreamData, split: str) -> torch.Tensor:

@@ -15,14 +15,13 @@ from typing import Any
 import torch
 
 from ..data.batches import batches_for
-from ..data.datasets import TensorData
 from ..inits.labels import AUTO, label_method, read_label
 from ..inits.labels import BASELINES as BASELINE_METHODS
 from ..scale import head_qk_norms
 from ..training.device import Dist, resolve_device
 from ..training.recipe import Recipe, data_of, evaluate, feed_of
 from ..training.settings import TrainConfig
-from ..training.startup import batch_for_steps
+from ..training.startup import batch_for_steps, eval_images
 from .choose_plan import Plan, plan_of, read_plan, write_plan
 from .grid import compare
 from .verdict import Verdict, verdict
@@ -107,16 +106,12 @@ def new_plan(base: TrainConfig, data: Any, structured: str, seeds: list[int], mi
             base,
             inits,
             seeds,
-            epochs_for(minutes, runs, images, _validation_images(data), per_image),
+            epochs_for(minutes, runs, images, eval_images(data, "val"), per_image),
             minutes,
             structured,
             control,
         )
     return plan_of(base, inits, seeds, epochs, None, structured, control)
-
-
-def _validation_images(data: Any) -> int:
-    return len(data.val_labels) if isinstance(data, TensorData) else len(data.val)
 
 
 @dataclasses.dataclass(frozen=True)

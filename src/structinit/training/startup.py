@@ -63,8 +63,8 @@ def measure_init(report: Report, model: nn.Module, data: Any, kernel_size: int) 
         model.train(was_training)
 
 
-def eval_images(data: Any, config: TrainConfig) -> int:
-    split = "val" if config.eval_split == "val" else "test"
+def eval_images(data: Any, split: str) -> int:
+    """The images of the evaluation split `split` ("val" or "test") of in-memory or streamed data."""
     return len(getattr(data, f"{split}_labels")) if isinstance(data, TensorData) else len(getattr(data, split))
 
 
@@ -72,7 +72,7 @@ def startup_lines(config: TrainConfig, data: Any, model: nn.Module, report: Repo
     """The lines a run says before its first step."""
     size = data_size(config, data)
     held = f", {config.val_per_class} a class held out for validation" if config.val_per_class else ""
-    evaluated = f"evaluated on {config.eval_split} ({eval_images(data, config)} images)"
+    evaluated = f"evaluated on {config.eval_split} ({eval_images(data, config.eval_split)} images)"
     if config.eval_per_class:
         final = "the last evaluation on all of them" if config.eval_final == "full" else "the last one too"
         evaluated += f", during training on {config.eval_per_class} a class of them ({final})"
