@@ -1,8 +1,8 @@
 """structinit: convolutional inductive bias for Vision Transformers through initialisation alone."""
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .lazy import lazy_names
 from .version import __version__
 
 if TYPE_CHECKING:
@@ -44,10 +44,7 @@ LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in LAZY:
-        return getattr(import_module(f".{LAZY[name]}", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, LAZY)
 
 
 def __dir__() -> list[str]:

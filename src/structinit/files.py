@@ -36,14 +36,24 @@ def temporary(path: Path) -> Path:
 def folders_kept_only_if_used(path: Path):
     """Run the block; if it fails, remove the folders it made on the way to `path` that are still empty
     (a refused grid or comparison leaves no directory behind)."""
-    made = [p for p in (Path(path), *Path(path).parents) if not p.exists()]
+    made = folders_to_make(path)
     try:
         yield
     except BaseException:
-        for folder in made:
-            with contextlib.suppress(OSError):  # not empty: something of the user's or a run's is there
-                folder.rmdir()
+        remove_empty_folders(made)
         raise
+
+
+def folders_to_make(path: Path) -> list[Path]:
+    """The folders on the way to `path` (itself included, deepest first) that do not exist yet."""
+    return [p for p in (Path(path), *Path(path).parents) if not p.exists()]
+
+
+def remove_empty_folders(folders: list[Path]) -> None:
+    """Remove `folders` (deepest first) that are empty; one holding anything stays, and those above it."""
+    with contextlib.suppress(OSError):
+        for folder in folders:
+            folder.rmdir()
 
 
 def refuse_link(path: Path) -> None:

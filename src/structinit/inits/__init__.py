@@ -2,8 +2,9 @@
 and their options classes; imported when first used, so that the light modules here (labels, options)
 load without the model families."""
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_names
 
 if TYPE_CHECKING:
     from .api import initialize
@@ -21,10 +22,7 @@ LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in LAZY:
-        return getattr(import_module(f".{LAZY[name]}", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, LAZY)
 
 
 __all__ = [

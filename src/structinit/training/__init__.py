@@ -2,9 +2,9 @@
 on which device (device.py), its directory (rundir.py: lock, ownership, record, checkpoint, loggers,
 provenance) and the trainer that drives them (run.py)."""
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ..lazy import lazy_names
 from .presets import presets  # light (YAML only), and of a module's name: a lazy name would become the module
 
 if TYPE_CHECKING:
@@ -21,10 +21,7 @@ LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in LAZY:
-        return getattr(import_module(f".{LAZY[name]}", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, LAZY)
 
 
 __all__ = ["TrainConfig", "presets", "read_config", "resume_config", "train"]

@@ -27,6 +27,7 @@ from torch import nn
 from ..data.batches import batches_for
 from ..data.datasets import fingerprint
 from ..errors import Notice, RunError, first_line
+from ..files import folders_to_make, remove_empty_folders
 from .checkpoint import load_checkpoint, rng_state, set_rng_state
 from .config_file import config_values, read_config
 from .device import Dist, all_reduce_sum, distributed_processes, resolve_amp, resolve_device, setup_distributed
@@ -69,7 +70,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
         if config.resume and not any((Path(config.out) / f).exists() for f in ("config.yaml", "last.pt")):
             raise FileNotFoundError(f"--resume: there is no run in {config.out}")
         out = Path(config.out)
-        made = [p for p in (out, *out.parents) if not p.exists()]  # the folders this run makes, deepest first
+        made = folders_to_make(out)  # the folders this run makes, deepest first
         try:
             with RunLock(out) if world.main else contextlib.nullcontext():
                 return Run(config, device, world).run()
@@ -90,9 +91,7 @@ def remove_unstarted(made: list[Path]) -> None:
         return
     with contextlib.suppress(RunError):  # files it cannot account for stay, and the folder with them
         clear_run(out)
-    with contextlib.suppress(OSError):
-        for folder in made:
-            folder.rmdir()  # not if anything else is there
+    remove_empty_folders(made)  # not one where anything else is
 
 
 def resume_config(out: str | Path, **changes: Any) -> TrainConfig:
