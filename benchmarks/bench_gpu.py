@@ -1,33 +1,42 @@
 """The Table 5 ViT's training step on one GPU, in each variant worth trying, against the chip's own ceiling.
 
-    python benchmarks/bench_gpu.py                                  # a GPU: every variant, one table (< 5 min)
-    python benchmarks/bench_gpu.py --variants eager,compile         # some of them (names: --list)
-    python benchmarks/bench_gpu.py --data cifar10:../shared/datasets/cifar10   # real images (default: random ones)
-    python benchmarks/bench_gpu.py --smoke                          # any CPU, ~2 min: the checks, a small model
+    python benchmarks/bench_gpu.py --data cifar10:../shared/datasets/cifar10   # a GPU: every row (< 6 min)
+    python benchmarks/bench_gpu.py --variants train eager compile      # some rows (names: --list)
+    python benchmarks/bench_gpu.py ... --profile kernels.txt            # and where the compiled step's time goes
+    python benchmarks/bench_gpu.py --smoke                              # any CPU, ~2 min: the checks, a small model
 
-The step is the trainer's (structinit.training.recipe.Recipe: the model built and initialised as `structinit
-train` builds it, AdamW, cosine schedule, clipping at 3, bf16 autocast) on the paper's cell (gpu_table5.py:
-depth 8, width 256, patch 2 at 32 px, 256 tokens, batch 512), fed as gpu_table5.py feeds it: CIFAR-10-sized
-uint8 images held on the device, RandAugment (m9, n2) + crop + flip on the device each step. Per variant:
-images/s (augmentation included), TFLOP/s (torch.utils.flop_counter over one step: checked against
-6·P·T + 12·L·T²·d with P = 12·L·d², within 5 %), the fraction of a bf16 GEMM ceiling timed in the same run
-(8192³, CUDA events), peak memory, and the host synchronisations one step makes. A variant whose first
-steps (its compilation) would overrun --budget is skipped and says so. The table is printed last; with
---json, the rows too. --smoke (CPU): a one-block model, the FLOP count against the formula, and a compiled
-step against the eager one (same init, same batches: losses equal within bf16's tolerance).
+The cell (gpu_table5.py): the paper's v1 ViT, depth 8, width 256, patch 2 at 32 px (256 tokens), batch 512,
+AdamW, cosine schedule, clipping at 3, bf16 autocast, RandAugment (m9, n2) + crop + flip on the device.
+Rows: `train` is the trainer as a user runs it (`structinit train` itself for 3 epochs: its step, batches,
+epoch loop and defaults; images/s of epochs 2-3; needs --data); every other row is the trainer's Recipe
+step on the trainer's batches in one variant, eager meaning eager (`compile-*` rows compile with that mode;
+`*-no-randaugment` leave RandAugment out; `*-attention` force one attention kernel). Per row: images/s
+(augmentation included), TFLOP/s (torch.utils.flop_counter over one step: checked against 6·P·T + 12·L·T²·d
+with P = 12·L·d², within 5 %), the fraction of a bf16 GEMM ceiling timed in the same run (8192³, CUDA
+events), peak memory, the host synchronisations one step makes, and the first steps' seconds (compilation).
+Then RandAugment + crop + flip alone against the first row's step, and with --profile the compiled step's
+device time by kind of kernel. Rows past --budget are skipped and say so; each row is printed and saved
+(--json) as it comes. --smoke (CPU): a one-block model, the FLOP count against the formula, a compiled step
+against the eager one (same init, same batches: losses equal within bf16's tolerance), the trainer's row on
+the digits.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
 
 import torch
+from torch.autograd import DeviceType
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.profiler import ProfilerActivity
 from torch.utils.flop_counter import FlopCounterMode
 
 from gpu_table5 import MODEL, RECIPE, SMOKE_MODEL  # a script beside this one: the cell's model and recipe
@@ -36,34 +45,38 @@ from structinit.data.datasets import TensorData, load_data
 from structinit.training import TrainConfig
 from structinit.training.device import Dist, resolve_amp, resolve_device
 from structinit.training.recipe import Recipe
+from structinit.training.run import train
 
 
 @dataclasses.dataclass(frozen=True)
 class Variant:
     """How the step runs: torch.compile's mode (None: eager), AdamW's kernel, models trained side by side on
-    the same batches, images sharing one RandAugment draw (0: no RandAugment)."""
+    the same batches, RandAugment on or off, an attention kernel forced (an SDPBackend name; None: torch's)."""
 
     compile: str | None = "default"
     fused: bool = True
     models: int = 1
-    group: int = 32
+    randaugment: bool = True
+    attention: str | None = None
 
 
 # in the order a lease should measure them: those that share one compilation (inductor's cache) first, the
-# costly autotuning last, where --budget may cut it
+# costly autotuning last, where --budget may cut it. "train" is not a Variant: the trainer itself (trainer_row).
 VARIANTS = {
     "eager": Variant(None),
-    "eager, no RandAugment": Variant(None, group=0),
-    "eager, foreach AdamW": Variant(None, fused=False),
+    "eager-no-randaugment": Variant(None, randaugment=False),
+    "eager-foreach-adamw": Variant(None, fused=False),
     "compile": Variant(),
-    "compile, no RandAugment": Variant(group=0),
-    "compile, RandAugment groups of 128": Variant(group=128),
-    "compile, two models": Variant(models=2),
-    "compile, CUDA graphs": Variant("reduce-overhead"),
-    "compile max-autotune, no CUDA graphs": Variant("max-autotune-no-cudagraphs"),
-    "compile max-autotune": Variant("max-autotune"),
+    "compile-no-randaugment": Variant(randaugment=False),
+    "compile-cudnn-attention": Variant(attention="CUDNN_ATTENTION"),
+    "compile-efficient-attention": Variant(attention="EFFICIENT_ATTENTION"),
+    "compile-two-models": Variant(models=2),
+    "compile-cudagraphs": Variant("reduce-overhead"),
+    "compile-max-autotune-no-cudagraphs": Variant("max-autotune-no-cudagraphs"),
+    "compile-max-autotune": Variant("max-autotune"),
 }
-SMOKE_VARIANTS = ["eager", "eager, no RandAugment", "eager, foreach AdamW"]
+TRAIN = "train"
+SMOKE_VARIANTS = [TRAIN, "eager", "eager-no-randaugment", "eager-foreach-adamw"]
 HEADER = ["variant", "img/s", "TFLOP/s", "of ceiling", "peak GiB", "syncs/step", "first steps s"]
 
 
@@ -77,7 +90,8 @@ class Cell:
     amp: torch.dtype | None
 
     def recipe(self, variant: Variant) -> Recipe:
-        recipe = Recipe(self.config, self.data, self.device, Dist())
+        """The trainer's Recipe, eager unless the variant compiles (the trainer compiles on CUDA by default)."""
+        recipe = Recipe(dataclasses.replace(self.config, compile=False), self.data, self.device, Dist())
         recipe.schedule(len(self.data.train_labels) // self.config.batch_size, 0)
         for group in recipe.optimizer.param_groups:  # the trainer's default is fused on CUDA
             group.update(fused=True, foreach=False) if variant.fused else group.update(fused=None, foreach=True)
@@ -85,19 +99,16 @@ class Cell:
             recipe.forward = torch.compile(recipe.model, mode=variant.compile)
         return recipe
 
-    def augment(self, group: int) -> BatchAugment:
+    def augment(self, randaugment: bool) -> BatchAugment:
         mean = std = (0.5,) * self.data.image_shape[0]
-        randaugment = self.config.randaugment if group else None
-        return BatchAugment(mean, std, self.data.image_shape[1] // 8, True, randaugment=randaugment, group=group or 1)
+        policy = self.config.randaugment if randaugment else None
+        return BatchAugment(mean, std, self.data.image_shape[1] // 8, True, randaugment=policy)
 
     def batches(self, variant: Variant, steps: int, seed: int = 0):
-        """`steps` augmented batches, drawn as gpu_table5.py draws them (one permutation per pass, on the host)."""
+        """`steps` augmented batches, drawn as the trainer draws them (one permutation per pass, on the host)."""
         images, labels = self.data.train_images, self.data.train_labels
-        augment, generator, batch = (
-            self.augment(variant.group),
-            torch.Generator().manual_seed(seed),
-            self.config.batch_size,
-        )
+        augment, generator = self.augment(variant.randaugment), torch.Generator().manual_seed(seed)
+        batch = self.config.batch_size
         whole = len(labels) // batch
         for i in range(steps):
             if i % whole == 0:
@@ -180,6 +191,13 @@ def host_syncs(cell: Cell, recipes: list[Recipe], batch) -> int | str:
     return sum("synchroniz" in str(w.message) for w in caught)
 
 
+def attention(variant: Variant):
+    """The variant's forced attention kernel, or torch's choice."""
+    if variant.attention is None:
+        return contextlib.nullcontext()
+    return sdpa_kernel(getattr(SDPBackend, variant.attention))
+
+
 def measure(cell: Cell, variant: Variant, steps: int, warmup: int, flops: float, ceiling: float) -> dict:
     """One variant: warm-up steps (compilation), then `steps` timed ones, augmentation included."""
     torch._dynamo.reset()
@@ -193,25 +211,56 @@ def measure(cell: Cell, variant: Variant, steps: int, warmup: int, flops: float,
             for recipe in recipes:
                 recipe.step(images, labels, i)
 
-    first = timed(lambda: run(warmup), cell.device)
-    syncs = host_syncs(cell, recipes, next(batches))
-    per_s = steps * cell.config.batch_size * variant.models / timed(lambda: run(steps), cell.device)
+    with attention(variant):
+        first = timed(lambda: run(warmup), cell.device)
+        syncs = host_syncs(cell, recipes, next(batches))
+        per_s = steps * cell.config.batch_size * variant.models / timed(lambda: run(steps), cell.device)
+    return summarise(cell, per_s, flops, ceiling, syncs, first)
+
+
+def summarise(cell: Cell, per_s: float, flops: float | None, ceiling: float, syncs, first: float) -> dict:
+    tflops = per_s * flops / 1e12 if flops is not None else None
     return {
         "img_per_s": per_s,
-        "tflops": per_s * flops / 1e12,
-        "of_ceiling": per_s * flops / 1e12 / ceiling,
+        "tflops": tflops,
+        "of_ceiling": tflops / ceiling if tflops is not None else None,
         "peak_gib": torch.cuda.max_memory_allocated(cell.device) / 2**30 if cell.device.type == "cuda" else None,
         "syncs_per_step": syncs,
         "first_steps_s": first,
     }
 
 
-def row(name: str, measured: dict | None) -> list[str]:
-    """A table row: three significant digits, '-' for what this device cannot tell."""
-    if measured is None:
-        return [name, "skipped: --budget spent", *[""] * (len(HEADER) - 2)]
+def trainer_row(cell: Cell, data_spec: str, flops: float | None, ceiling: float, epochs: int = 3) -> dict:
+    """The trainer as a user runs it (`structinit train`'s step, batches and epoch loop, its defaults: compiled
+    on CUDA): `epochs` epochs of the cell; images/s of the epochs after the first (which compiles)."""
+    torch._dynamo.reset()
+    if cell.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(cell.device)
+    with tempfile.TemporaryDirectory() as out:
+        config = dataclasses.replace(
+            cell.config, data=data_spec, epochs=epochs, eval_every=epochs, out=out, quiet=True, device=str(cell.device)
+        )
+        train(config)
+        lines = [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
+    later = [line["img_per_s"] for line in lines[1:]]
+    return summarise(cell, sum(later) / len(later), flops, ceiling, "-", lines[0]["epoch_seconds"])
+
+
+def augment_ms(cell: Cell, batches: int = 20) -> float:
+    """Milliseconds RandAugment, crop and flip take on one batch alone (device time on a GPU)."""
+    feed = cell.batches(Variant(), batches + 2)
+    next(feed), next(feed)  # warm
+    return timed(lambda: [None for _ in feed], cell.device) / batches * 1000
+
+
+def row(name: str, measured: dict | str) -> list[str]:
+    """A table row: three significant digits, '-' for what this device or row cannot tell."""
+    if isinstance(measured, str):
+        return [name, measured, *[""] * (len(HEADER) - 2)]
     shown = {k: "-" if v is None else f"{v:.3g}" if isinstance(v, float) else str(v) for k, v in measured.items()}
-    shown["img_per_s"], shown["of_ceiling"] = f"{measured['img_per_s']:,.0f}", f"{measured['of_ceiling']:.1%}"
+    shown["img_per_s"] = f"{measured['img_per_s']:,.0f}"
+    if measured["of_ceiling"] is not None:
+        shown["of_ceiling"] = f"{measured['of_ceiling']:.1%}"
     return [name, *shown.values()]
 
 
@@ -251,23 +300,68 @@ def markdown(rows: list[list]) -> str:
     return "\n".join(lines + ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]) + "\n"
 
 
+# what bounds the step: each kernel (or, on a CPU, each op) by the first kind whose word its name holds
+KINDS = {
+    "attention": ("flash", "fmha", "attention", "sdpa", "cudnn"),
+    "GEMM": ("gemm", "cutlass", "nvjet", "xmma", "cublas", "matmul", "aten::mm", "aten::addmm", "aten::bmm"),
+    "optimizer": ("multi_tensor", "adam", "foreach"),
+    "fused by inductor": ("triton",),
+    "copies and indexing": ("memcpy", "memset", "copy", "cat", "index", "gather", "scatter"),
+}
+
+
+def kind_of(name: str) -> str:
+    name = name.lower()
+    return next((kind for kind, words in KINDS.items() if any(w in name for w in words)), "other")
+
+
+def profile(cell: Cell, path: Path, steps: int = 6) -> dict[str, float]:
+    """Where the compiled step's time goes (device time on a GPU): torch.profiler over `steps` steps after
+    the compilation, the kernel table written to `path`, each kind's share returned."""
+    torch._dynamo.reset()
+    recipe = cell.recipe(Variant())
+    batches = cell.batches(Variant(), steps + 3)
+    for i, (images, labels) in zip(range(3), batches):
+        recipe.step(images, labels, i)
+    cuda = cell.device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with torch.profiler.profile(activities=activities) as prof:
+        for i, (images, labels) in enumerate(batches):
+            recipe.step(images, labels, i)
+        if cuda:
+            torch.cuda.synchronize()
+    events = prof.key_averages()
+    sort = "self_device_time_total" if cuda else "self_cpu_time_total"
+    path.write_text(events.table(sort_by=sort, row_limit=60))
+    timed_events = [e for e in events if (e.device_type == DeviceType.CUDA) == cuda]
+    if not cuda:  # CPU ops nest: count the aten ops' own time only
+        timed_events = [e for e in timed_events if e.key.startswith("aten::")]
+    times = {e.key: getattr(e, sort) for e in timed_events}
+    total = sum(times.values()) or 1.0
+    shares: dict[str, float] = {}
+    for key, spent in times.items():
+        shares[kind_of(key)] = shares.get(kind_of(key), 0.0) + spent / total
+    return dict(sorted(shares.items(), key=lambda item: -item[1]))
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--variants", help="comma-separated variant names (default: all; --smoke: the eager ones)")
+    parser.add_argument("--variants", nargs="+", help="variant names (default: all; --smoke: the trainer and eager)")
     parser.add_argument("--list", action="store_true", help="the variants' names")
-    parser.add_argument("--data", help="a --data spec (default: random CIFAR-10-sized images)")
+    parser.add_argument("--data", help="a --data spec (default: random CIFAR-10-sized images; 'train' needs one)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--steps", type=int, default=40, help="timed steps per variant")
     parser.add_argument("--warmup", type=int, default=8, help="untimed steps first (compilation)")
     parser.add_argument("--budget", type=float, default=270, help="seconds; later variants are skipped past it")
+    parser.add_argument("--profile", type=Path, help="profile the compiled step: kernel table here, shares printed")
     parser.add_argument("--smoke", action="store_true", help="CPU: a one-block model, the checks")
     parser.add_argument("--json", type=Path, help="write the rows and the checks here too")
     args = parser.parse_args(argv)
     if args.list:
-        print("\n".join(VARIANTS))
+        print("\n".join([TRAIN, *VARIANTS]))
         return {}
-    names = args.variants.split(",") if args.variants else (SMOKE_VARIANTS if args.smoke else list(VARIANTS))
-    unknown = [n for n in names if n not in VARIANTS]
+    names = args.variants or (SMOKE_VARIANTS if args.smoke else [TRAIN, *VARIANTS])
+    unknown = [n for n in names if n not in VARIANTS and n != TRAIN]
     if unknown:
         parser.error(f"--variants: unknown {unknown}; --list names them")
     if args.smoke:
@@ -291,16 +385,52 @@ def main(argv: list[str] | None = None) -> dict:
         flush=True,
     )
     for name in names:  # each row printed and saved as it comes: a call cut short keeps what it measured
-        spent = time.perf_counter() - started > args.budget
-        result["rows"][name] = None if spent else measure(cell, VARIANTS[name], args.steps, args.warmup, flops, ceiling)
+        result["rows"][name] = measured_row(cell, args, name, flops, ceiling, time.perf_counter() - started)
         print("| " + " | ".join(row(name, result["rows"][name])) + " |", flush=True)
-        if args.json:
-            args.json.write_text(json.dumps(result, indent=2))
+        save(args, result)
+    result["augment_ms"] = augment_ms(cell)
+    save(args, result)
     print(markdown([row(name, measured) for name, measured in result["rows"].items()]), end="")
+    print(augment_line(result, cell.config.batch_size), flush=True)
+    if args.profile:
+        result["profile"] = profile(cell, args.profile)
+        print("device time by kind: " + ", ".join(f"{k} {v:.1%}" for k, v in result["profile"].items()), flush=True)
+        save(args, result)
     failed = checks_failed(result)
     if failed:
         raise SystemExit("bench_gpu.py: " + "; ".join(failed))
     return result
+
+
+def measured_row(cell: Cell, args: argparse.Namespace, name: str, flops: float, ceiling: float, spent: float):
+    """A row's numbers, or why it has none."""
+    if spent > args.budget:
+        return "skipped: --budget spent"
+    if name != TRAIN:
+        try:  # a kernel this build lacks fails its row, not the lease's table
+            return measure(cell, VARIANTS[name], args.steps, args.warmup, flops, ceiling)
+        except (RuntimeError, NotImplementedError) as error:
+            return f"failed: {str(error).strip().splitlines()[0][:150]}"
+    if args.data is None and not args.smoke:
+        return "skipped: needs --data (the trainer reads a spec)"
+    # --smoke: the trainer on the digits, so its FLOPs are not the cell's (its TFLOP/s are left out)
+    return trainer_row(cell, args.data or "digits", flops if args.data else None, ceiling, 2 if args.smoke else 3)
+
+
+def save(args: argparse.Namespace, result: dict) -> None:
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+
+
+def augment_line(result: dict, batch: int) -> str:
+    """RandAugment, crop and flip alone, against the step of the trainer's row (or the first one measured)."""
+    rows = [r for r in result["rows"].values() if isinstance(r, dict) and r["of_ceiling"] is not None]
+    ms = result["augment_ms"]
+    line = f"RandAugment (m9, n2) + crop + flip alone: {ms:.2f} ms a batch of {batch}"
+    if rows:
+        step_ms = batch / rows[0]["img_per_s"] * 1000
+        line += f", {ms / step_ms:.1%} of the {next(k for k, r in result['rows'].items() if r is rows[0])} step"
+    return line
 
 
 def checks_failed(result: dict) -> list[str]:

@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         prefer_math_attention(m.model, device, amp)
     mean = std = (0.5,) * data.image_shape[0]
     padding = data.image_shape[1] // 8
-    augment = BatchAugment(mean, std, padding, True, randaugment=recipe.randaugment, group=args.augment_group)
+    augment = BatchAugment(mean, std, padding, True, randaugment=recipe.randaugment)
     images, labels = data.train_images.to(device), data.train_labels.to(device)
     test_images, test_labels = data.test_images.to(device), data.test_labels.to(device)
     ledger = out / "ledger.jsonl"
@@ -355,7 +355,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--compile", action=argparse.BooleanOptionalAction, help="torch.compile each model (default: on CUDA only)"
     )
-    parser.add_argument("--augment-group", type=int, default=32, help="images sharing one RandAugment draw")
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--smoke", action="store_true", help="a 1-block model, 100 images, 2 epochs: the pipeline")
     parser.add_argument("--collect", nargs="+", type=Path, metavar="RUN", help="join these runs' OUTs into --out")

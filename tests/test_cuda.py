@@ -106,3 +106,24 @@ def test_the_papers_solve_on_the_gpu_reaches_the_cpus_value(tmp_path, monkeypatc
     report = structinit.initialize(model, "impulse", seed=0)
     assert report.source["target_fidelity"] == "0.64 (what the paper's solve reaches here; solved here)"
     assert next(model.parameters()).is_cuda
+
+
+@cuda
+def test_randaugment_gives_the_same_images_on_cuda_as_on_the_cpu_without_waiting_for_the_gpu():
+    """The batched RandAugment computes Pillow's images in the same arithmetic on both devices, and a step's
+    augmentation makes no host synchronisation (its draws go over in pinned, asynchronous copies)."""
+    from structinit.data.augment import BatchAugment
+
+    augment = BatchAugment((0.5,) * 3, (0.5,) * 3, 4, True, randaugment="rand-m9-n2-mstd0.5-inc1")
+    images = torch.randint(0, 256, (256, 3, 32, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    labels = torch.zeros(256, dtype=torch.long)
+    on_cpu, _ = augment(images, labels, torch.Generator().manual_seed(1))
+    gpu_images, gpu_labels = images.cuda(), labels.cuda()
+    augment(gpu_images, gpu_labels, torch.Generator().manual_seed(1))  # the constants copied once
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        on_gpu, _ = augment(gpu_images, gpu_labels, torch.Generator().manual_seed(1))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert torch.equal(on_gpu.cpu(), on_cpu)

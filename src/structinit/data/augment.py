@@ -1,47 +1,17 @@
 """Augmentation of whole uint8 image batches on the training device (the in-memory path).
 
-RandAugment (torchvision's, on groups of images), random crop with zero padding and horizontal flip
-draw their randomness from an explicit CPU generator, so a run is reproducible on any device, a
-resumed run draws what the uninterrupted one drew, and every DDP process draws the same.
+RandAugment (timm's, every image its own draw: randaugment.py), random crop with zero padding and
+horizontal flip draw their randomness from an explicit CPU generator, so a run is reproducible on any
+device, a resumed run draws what the uninterrupted one drew, and every DDP process draws the same.
 Mixup/CutMix is timm's `Mixup`, applied to the batch.
 """
 
 from __future__ import annotations
 
-import re
-
 import torch
 import torch.nn.functional as F
-from torchvision.transforms import v2
 
-TIMM_PARTS = ("m", "n", "mstd", "mmax", "inc", "w", "p")  # timm's rand_augment_transform reads these
-
-
-def parse_randaugment(spec: str) -> v2.RandAugment:
-    """timm's RandAugment string ('rand-m9-n2-mstd0.5-inc1') as torchvision's RandAugment with the
-    same number of ops and magnitude on timm's 0-10 scale (mstd and inc are not modelled)."""
-    parts = spec.split("-")
-    if parts[0] != "rand":
-        raise ValueError(f"--randaugment takes timm's 'rand-m9-n2...' form, got {spec!r}")
-    options = {"m": 9.0, "n": 2.0}
-    for part in parts[1:]:
-        match = re.fullmatch(r"([a-z]+)([0-9]+(?:\.[0-9]*)?)", part)
-        if not match or match.group(1) not in TIMM_PARTS:
-            raise ValueError(
-                f"--randaugment {spec}: {part!r} is none of timm's parts ({', '.join(TIMM_PARTS)} with a number, "
-                "e.g. rand-m9-n2-mstd0.5)"
-            )
-        if match.group(1) in options:
-            options[match.group(1)] = float(match.group(2))
-    return v2.RandAugment(num_ops=int(options["n"]), magnitude=int(options["m"]), num_magnitude_bins=11)
-
-
-def rand_augment(images: torch.Tensor, op: v2.RandAugment, generator: torch.Generator, group: int = 8) -> torch.Tensor:
-    """Apply RandAugment to each group of `group` images (one draw of ops per group)."""
-    seed = int(torch.randint(2**62, (1,), generator=generator))
-    with torch.random.fork_rng(devices=[images.device] if images.device.type == "cuda" else []):
-        torch.manual_seed(seed)
-        return torch.cat([op(chunk) for chunk in images.split(group)])
+from .randaugment import RandAugmentSpec, rand_augment
 
 
 def to_device(values: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -74,20 +44,26 @@ def random_flip(images: torch.Tensor, generator: torch.Generator) -> torch.Tenso
 class BatchAugment:
     """uint8 batch -> augmented, normalised float batch (and soft targets when mixing)."""
 
-    def __init__(self, mean, std, padding=0, flip=False, mixup=None, randaugment: str | None = None, group=8):
-        self.group = group  # images that share one RandAugment draw
-        self.mean = torch.tensor(mean).view(1, -1, 1, 1)
-        self.std = torch.tensor(std).view(1, -1, 1, 1)
+    def __init__(self, mean, std, padding=0, flip=False, mixup=None, randaugment: str | None = None):
+        fill = [min(255, round(255 * m)) for m in mean]  # timm's fill for geometric ops: the mean colour
+        self.values = torch.tensor([mean, std, fill], dtype=torch.float32)  # (3, C)
+        self.on: dict[torch.device, torch.Tensor] = {}  # the values on each device, copied once
         self.padding, self.flip, self.mixup = padding, flip, mixup
-        self.randaugment = parse_randaugment(randaugment) if randaugment else None
+        self.randaugment = RandAugmentSpec.parse(randaugment) if randaugment else None
+
+    def constants(self, device: torch.device) -> torch.Tensor:
+        """Mean, std and fill on `device` (one copy a device, not one a step: each would wait for the GPU)."""
+        if device not in self.on:
+            self.on[device] = self.values.to(device)
+        return self.on[device]
 
     def normalise(self, images: torch.Tensor) -> torch.Tensor:
-        mean, std = self.mean.to(images.device), self.std.to(images.device)
+        mean, std, _ = self.constants(images.device)[:, None, :, None, None]
         return (images.float() / 255.0 - mean) / std
 
     def __call__(self, images: torch.Tensor, labels: torch.Tensor, generator: torch.Generator):
         if self.randaugment is not None:
-            images = rand_augment(images, self.randaugment, generator, self.group)
+            images = rand_augment(images, self.randaugment, self.constants(images.device)[2], generator)
         images = random_crop(images, self.padding, generator)
         if self.flip:
             images = random_flip(images, generator)

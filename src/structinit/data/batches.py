@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 from .augment import BatchAugment
 from .datasets import Relabelled, StreamData, TensorData
 from .imagefolder import ImageError
+from .randaugment import keep_zero_bits
 from .subsets import stratified_head
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -179,12 +180,14 @@ def normalised_images(model: nn.Module, data: TensorData | StreamData, count: in
 def _loaders(data: StreamData, model: nn.Module, feed: Feed):
     """DataLoaders with timm's transforms (and a DistributedSampler under DDP) for large images."""
     data_config = _data_config(model)
-    train_tf = create_transform(
-        **data_config,
-        is_training=True,
-        auto_augment=feed.randaugment,
-        re_prob=feed.reprob,
-        hflip=0.5 if feed.flip is not False else 0.0,
+    train_tf = keep_zero_bits(
+        create_transform(
+            **data_config,
+            is_training=True,
+            auto_augment=feed.randaugment,
+            re_prob=feed.reprob,
+            hflip=0.5 if feed.flip is not False else 0.0,
+        )
     )
     test_tf = create_transform(**data_config, is_training=False)
     train_set = _Transformed(data.train, train_tf)

@@ -245,8 +245,8 @@ def check_config(config: TrainConfig) -> None:
     """Bad values fail here, in flag terms, before any data is loaded or any directory is made. (The
     checks that need torch, timm or the data's modules import them here: the settings' declarations,
     which the command's --help reads, need none of them.)"""
-    from ..data.augment import parse_randaugment
     from ..data.datasets import parse_spec
+    from ..data.randaugment import RandAugmentSpec
     from ..models import check_model_kwargs
     from .loggers import check_loggers
 
@@ -290,7 +290,7 @@ def check_config(config: TrainConfig) -> None:
     if config.per_class is not None and config.train_fraction is not None:
         raise ValueError("give --per-class or --train-fraction, not both")
     if config.randaugment:
-        parse_randaugment(config.randaugment)
+        RandAugmentSpec.parse(config.randaugment)
 
 
 def check_optimizer(name: str) -> None:

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Issue 61's device check in one call (DEVELOPERS.md): bench_gpu.py's table on real CIFAR-10 with the compiled
+# step's profile, then the CUDA tests; every output to $OUT as it comes.
+#
+#   bash benchmarks/gpu_step.sh           # the device machine (carry .gpu-data): ~7 min
+#   SMOKE=1 bash benchmarks/gpu_step.sh   # here, any CPU: the same steps on bench_gpu.py --smoke
+set -uo pipefail
+python=${PYTHON:-python3}
+out=${OUT:-/tmp/gpu-step}
+data=${STUDY_DATA:-../shared/datasets/cifar10}
+mkdir -p "$out"
+export PYTHONPATH=src PYTHONUNBUFFERED=1
+if [ -n "${SMOKE:-}" ]; then
+    bench=(--smoke)
+    tests=(tests/test_randaugment.py)
+else
+    [ -d "$data/train" ] || "$python" .gpu-data/gpu_data.py unpack .gpu-data "$data"
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,memory.used --format=csv >"$out/smi.txt"
+    bench=(--data "cifar10:$data" --budget "${BUDGET:-230}" --variants train eager eager-no-randaugment
+        eager-foreach-adamw compile compile-no-randaugment compile-cudnn-attention compile-efficient-attention
+        compile-cudagraphs compile-two-models compile-max-autotune-no-cudagraphs)
+    tests=(tests/test_cuda.py tests/test_randaugment.py)
+fi
+"$python" -c "import torch, timm, PIL; print('torch', torch.__version__, 'timm', timm.__version__, 'Pillow', PIL.__version__)" |
+    tee "$out/versions.txt"
+timeout "${BENCH_SECONDS:-330}" "$python" benchmarks/bench_gpu.py "${bench[@]}" --profile "$out/kernels.txt" \
+    --json "$out/bench.json" 2>&1 | tee "$out/bench.log"
+timeout "${TEST_SECONDS:-150}" "$python" -m pytest -q -p no:cacheprovider "${tests[@]}" 2>&1 | tail -25 |
+    tee "$out/tests.txt"
