@@ -68,6 +68,7 @@ VARIANTS = {
     "eager-foreach-adamw": Variant(None, fused=False),
     "compile": Variant(),
     "compile-no-randaugment": Variant(randaugment=False),
+    "compile-flash-attention": Variant(attention="FLASH_ATTENTION"),
     "compile-cudnn-attention": Variant(attention="CUDNN_ATTENTION"),
     "compile-efficient-attention": Variant(attention="EFFICIENT_ATTENTION"),
     "compile-two-models": Variant(models=2),
@@ -75,8 +76,8 @@ VARIANTS = {
     "compile-max-autotune-no-cudagraphs": Variant("max-autotune-no-cudagraphs"),
     "compile-max-autotune": Variant("max-autotune"),
 }
-TRAIN = "train"
-SMOKE_VARIANTS = [TRAIN, "eager", "eager-no-randaugment", "eager-foreach-adamw"]
+TRAINER_ROWS = {"train": None, "train-cudagraphs": "reduce-overhead"}  # the trainer itself, by --compile-mode
+SMOKE_VARIANTS = ["train", "eager", "eager-no-randaugment", "eager-foreach-adamw"]
 HEADER = ["variant", "img/s", "TFLOP/s", "of ceiling", "peak GiB", "syncs/step", "first steps s"]
 
 
@@ -230,27 +231,35 @@ def summarise(cell: Cell, per_s: float, flops: float | None, ceiling: float, syn
     }
 
 
-def trainer_row(cell: Cell, data_spec: str, flops: float | None, ceiling: float, epochs: int = 3) -> dict:
+def trainer_row(cell: Cell, data_spec: str, flops: float | None, ceiling: float, epochs: int, mode: str | None):
     """The trainer as a user runs it (`structinit train`'s step, batches and epoch loop, its defaults: compiled
-    on CUDA): `epochs` epochs of the cell; images/s of the epochs after the first (which compiles)."""
+    on CUDA; `mode`: its --compile-mode): `epochs` epochs of the cell; images/s of the epochs after the first
+    (which compiles)."""
     torch._dynamo.reset()
     if cell.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(cell.device)
     with tempfile.TemporaryDirectory() as out:
         config = dataclasses.replace(
-            cell.config, data=data_spec, epochs=epochs, eval_every=epochs, out=out, quiet=True, device=str(cell.device)
+            cell.config, data=data_spec, epochs=epochs, eval_every=epochs, out=out, quiet=True, compile_mode=mode
         )
+        config = dataclasses.replace(config, device=str(cell.device))
         train(config)
         lines = [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
     later = [line["img_per_s"] for line in lines[1:]]
     return summarise(cell, sum(later) / len(later), flops, ceiling, "-", lines[0]["epoch_seconds"])
 
 
-def augment_ms(cell: Cell, batches: int = 20) -> float:
-    """Milliseconds RandAugment, crop and flip take on one batch alone (device time on a GPU)."""
+def augment_ms(cell: Cell, batches: int = 20) -> dict[str, float]:
+    """Milliseconds RandAugment, crop and flip take on one batch alone: the host's (drawing and launching)
+    and, on a GPU, the device's (CUDA events; the larger bounds the pace where nothing else runs)."""
     feed = cell.batches(Variant(), batches + 2)
     next(feed), next(feed)  # warm
-    return timed(lambda: [None for _ in feed], cell.device) / batches * 1000
+    if cell.device.type == "cuda":
+        torch.cuda.synchronize()
+    started = time.perf_counter()
+    device = timed(lambda: [None for _ in feed], cell.device)
+    host = time.perf_counter() - started
+    return {"host": host / batches * 1000, "device": device / batches * 1000}
 
 
 def row(name: str, measured: dict | str) -> list[str]:
@@ -358,10 +367,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--json", type=Path, help="write the rows and the checks here too")
     args = parser.parse_args(argv)
     if args.list:
-        print("\n".join([TRAIN, *VARIANTS]))
+        print("\n".join([*TRAINER_ROWS, *VARIANTS]))
         return {}
-    names = args.variants or (SMOKE_VARIANTS if args.smoke else [TRAIN, *VARIANTS])
-    unknown = [n for n in names if n not in VARIANTS and n != TRAIN]
+    names = args.variants or (SMOKE_VARIANTS if args.smoke else [*TRAINER_ROWS, *VARIANTS])
+    unknown = [n for n in names if n not in VARIANTS and n not in TRAINER_ROWS]
     if unknown:
         parser.error(f"--variants: unknown {unknown}; --list names them")
     if args.smoke:
@@ -406,7 +415,7 @@ def measured_row(cell: Cell, args: argparse.Namespace, name: str, flops: float, 
     """A row's numbers, or why it has none."""
     if spent > args.budget:
         return "skipped: --budget spent"
-    if name != TRAIN:
+    if name not in TRAINER_ROWS:
         try:  # a kernel this build lacks fails its row, not the lease's table
             return measure(cell, VARIANTS[name], args.steps, args.warmup, flops, ceiling)
         except (RuntimeError, NotImplementedError) as error:
@@ -414,7 +423,8 @@ def measured_row(cell: Cell, args: argparse.Namespace, name: str, flops: float, 
     if args.data is None and not args.smoke:
         return "skipped: needs --data (the trainer reads a spec)"
     # --smoke: the trainer on the digits, so its FLOPs are not the cell's (its TFLOP/s are left out)
-    return trainer_row(cell, args.data or "digits", flops if args.data else None, ceiling, 2 if args.smoke else 3)
+    epochs, mode = 2 if args.smoke else 3, TRAINER_ROWS[name]
+    return trainer_row(cell, args.data or "digits", flops if args.data else None, ceiling, epochs, mode)
 
 
 def save(args: argparse.Namespace, result: dict) -> None:
@@ -425,11 +435,13 @@ def save(args: argparse.Namespace, result: dict) -> None:
 def augment_line(result: dict, batch: int) -> str:
     """RandAugment, crop and flip alone, against the step of the trainer's row (or the first one measured)."""
     rows = [r for r in result["rows"].values() if isinstance(r, dict) and r["of_ceiling"] is not None]
-    ms = result["augment_ms"]
-    line = f"RandAugment (m9, n2) + crop + flip alone: {ms:.2f} ms a batch of {batch}"
+    ms = max(result["augment_ms"].values())
+    line = "RandAugment (m9, n2) + crop + flip alone, a batch of {}: host {host:.2f} ms, device {device:.2f} ms"
+    line = line.format(batch, **result["augment_ms"])
     if rows:
         step_ms = batch / rows[0]["img_per_s"] * 1000
-        line += f", {ms / step_ms:.1%} of the {next(k for k, r in result['rows'].items() if r is rows[0])} step"
+        name = next(k for k, r in result["rows"].items() if r is rows[0])
+        line += f"; the larger is {ms / step_ms:.1%} of the {name} step"
     return line
 
 

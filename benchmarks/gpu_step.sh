@@ -2,7 +2,7 @@
 # Issue 61's device check in one call (DEVELOPERS.md): bench_gpu.py's table on real CIFAR-10 with the compiled
 # step's profile, then the CUDA tests; every output to $OUT as it comes.
 #
-#   bash benchmarks/gpu_step.sh           # the device machine (carry .gpu-data): ~7 min
+#   bash benchmarks/gpu_step.sh           # the device machine (carry .gpu-data): ~6 min
 #   SMOKE=1 bash benchmarks/gpu_step.sh   # here, any CPU: the same steps on bench_gpu.py --smoke
 set -uo pipefail
 python=${PYTHON:-python3}
@@ -16,10 +16,11 @@ if [ -n "${SMOKE:-}" ]; then
 else
     [ -d "$data/train" ] || "$python" .gpu-data/gpu_data.py unpack .gpu-data "$data"
     nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,memory.used --format=csv >"$out/smi.txt"
-    bench=(--data "cifar10:$data" --budget "${BUDGET:-230}" --variants train eager eager-no-randaugment
-        eager-foreach-adamw compile compile-no-randaugment compile-cudnn-attention compile-efficient-attention
-        compile-cudagraphs compile-two-models compile-max-autotune-no-cudagraphs)
-    tests=(tests/test_cuda.py tests/test_randaugment.py)
+    bench=(--data "cifar10:$data" --budget "${BUDGET:-200}" --variants train train-cudagraphs compile compile-no-randaugment
+        compile-flash-attention compile-cudagraphs eager eager-no-randaugment compile-two-models)
+    # the new GPU test first: a call cut short has run it
+    tests=(tests/test_cuda.py::test_randaugment_gives_the_same_images_on_cuda_as_on_the_cpu_without_waiting_for_the_gpu
+        tests/test_cuda.py tests/test_randaugment.py)
 fi
 "$python" -c "import torch, timm, PIL; print('torch', torch.__version__, 'timm', timm.__version__, 'Pillow', PIL.__version__)" |
     tee "$out/versions.txt"

@@ -68,7 +68,9 @@ def test_adamw_runs_its_fused_kernel_on_cuda(tmp_path):
 def test_the_inits_give_the_same_weights_on_cuda_as_on_the_cpu():
     from conftest import small_vit
 
-    for method in ("timm", "mimetic", "impulse"):
+    # impulse at a set sharpness: the paper's solve (minutes on the device's CPU, past the H200 call's limit
+    # twice) has its own GPU test below
+    for method in ("timm", "mimetic", "impulse[target_fidelity=0.98]"):
         torch.manual_seed(0)
         on_cpu = small_vit()
         torch.manual_seed(0)

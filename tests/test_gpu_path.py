@@ -30,11 +30,11 @@ def test_bench_gpu_smoke_counts_the_formulas_flops_and_its_compiled_step_matches
     trainer = result["rows"].pop("train")  # the trainer itself, on the digits: not the cell's FLOPs
     assert trainer["of_ceiling"] is None and trainer["first_steps_s"] > 0
     assert all(row["of_ceiling"] > 0 for row in result["rows"].values())
-    assert result["augment_ms"] > 0
+    assert result["augment_ms"]["host"] > 0 and result["augment_ms"]["device"] > 0
     assert list(json.loads((tmp_path / "bench.json").read_text())["rows"]) == bench.SMOKE_VARIANTS
     table = capsys.readouterr().out
     assert "| variant | img/s | TFLOP/s | of ceiling |" in table and "by the formula (+" in table
-    assert "RandAugment (m9, n2) + crop + flip alone: " in table and "% of the eager step" in table
+    assert "RandAugment (m9, n2) + crop + flip alone, a batch of 16: host " in table and "% of the eager step" in table
 
 
 def test_bench_gpu_fails_when_the_count_leaves_the_formula_or_compiled_and_eager_part(bench):
@@ -67,6 +67,8 @@ def test_bench_gpu_refuses_an_unknown_variant_in_one_line(bench, capsys):
         (["--no-compile"], "cuda", False),
         (["--compile"], "cpu", True),
         (["--torchcompile"], "cpu", True),
+        (["--compile-mode", "reduce-overhead"], "cpu", True),
+        (["--torchcompile-mode", "max-autotune"], "cuda", True),
     ],
 )
 def test_the_trainer_compiles_on_cuda_unless_told_and_on_a_cpu_only_when_told(argv, device, compiled):
@@ -76,3 +78,22 @@ def test_the_trainer_compiles_on_cuda_unless_told_and_on_a_cpu_only_when_told(ar
 
 def test_a_run_recorded_before_the_default_changed_keeps_its_eager_path_on_cuda():
     assert not compiles(TrainConfig(compile=False), torch.device("cuda"))
+
+
+def test_the_trainer_compiles_its_training_forward_in_the_mode_asked(monkeypatch):
+    from structinit.data.datasets import load_data
+    from structinit.training import recipe as recipe_module
+    from structinit.training.device import Dist
+
+    modes = []
+    monkeypatch.setattr(recipe_module.torch, "compile", lambda model, mode=None: modes.append(mode) or model)
+    config = train_config(build_parser().parse_args(["train", "--compile-mode", "reduce-overhead"]))
+    recipe_module.Recipe(config, load_data("digits", per_class=2), torch.device("cpu"), Dist())
+    assert modes == ["reduce-overhead", None]  # training in the mode asked, evaluation in torch's default
+
+
+def test_a_compile_mode_beside_no_compile_is_refused_in_one_line(tmp_path, capsys):
+    from structinit.cli import main
+
+    assert main(["train", "--compile-mode", "reduce-overhead", "--no-compile", "--out", str(tmp_path / "r")]) == 2
+    assert "--compile-mode reduce-overhead compiles the model: leave out --no-compile" in capsys.readouterr().err

@@ -15,7 +15,8 @@ import math
 import re
 
 import torch
-import torch.nn.functional as F
+
+from .pillow_ops import blend, look_up, resample, wide_float
 
 OPS = (
     "AutoContrast",
@@ -38,7 +39,19 @@ CODE = {name: code for code, name in enumerate(OPS)}
 TABLE_OPS = tuple(CODE[n] for n in ("AutoContrast", "Equalize", "Invert", "Posterize", "Solarize", "SolarizeAdd"))
 BLEND_OPS = tuple(CODE[n] for n in ("Color", "Contrast", "Brightness", "Sharpness"))
 GEOMETRIC_OPS = tuple(CODE[n] for n in ("Rotate", "ShearX", "ShearY", "TranslateXRel", "TranslateYRel"))
-SIGNED_OPS = GEOMETRIC_OPS  # timm negates these at random (and the enhancements in the increasing set)
+FAMILIES = (TABLE_OPS, BLEND_OPS, GEOMETRIC_OPS)
+
+
+def _families() -> tuple[torch.Tensor, torch.Tensor]:
+    """By op + 1 (op -1: not applied): its family (0 none, 1 table, 2 blend, 3 geometric), its place there."""
+    family, member = torch.zeros(len(OPS) + 1, dtype=torch.long), torch.zeros(len(OPS) + 1, dtype=torch.long)
+    for code, members in enumerate(FAMILIES, 1):
+        for place, op in enumerate(members):
+            family[op + 1], member[op + 1] = code, place
+    return family, member
+
+
+FAMILY, MEMBER = _families()
 PARTS = {"m": int, "n": int, "p": float, "mstd": float, "mmax": int, "inc": int}  # timm's parts and its types
 LEVEL_DENOM = 10.0  # timm's magnitude scale: m10 is an op's full strength
 
@@ -100,28 +113,26 @@ class Draws:
     def layer(self, index: int, height: int, width: int, device: torch.device) -> Layer:
         """Layer `index` on `device`, its images ordered by op family, in one copy the host does not wait for."""
         ops, args = self.ops[index], self.args[index]
-        family = torch.zeros_like(ops)
-        for code, members in enumerate((TABLE_OPS, BLEND_OPS, GEOMETRIC_OPS), 1):
-            family = torch.where(torch.isin(ops, torch.tensor(members)), code, family)
+        family = FAMILY[ops + 1]
         order = torch.argsort(family, stable=True)
         counts = torch.bincount(family, minlength=4).tolist()
         matrices = affine_matrices(ops, args, height, width)
-        packed = torch.cat([torch.stack([order, ops[order], args[order]], 1), matrices[order]], 1)
+        packed = torch.cat([torch.stack([order, MEMBER[ops + 1][order], args[order]], 1), matrices[order]], 1)
         if device.type == "cuda":
             packed = packed.pin_memory().to(device, non_blocking=True)
-        packed = packed.to(device, _wide(device))
+        packed = packed.to(device, wide_float(device))
         return Layer(packed[:, 0].long(), counts, packed[:, 1].long(), packed[:, 2], packed[:, 3:])
 
 
 @dataclasses.dataclass
 class Layer:
     """One layer's draws on the device, its images ordered by op family (none, table, blend, geometric):
-    that order, the count of each family, and in that order each image's op, argument and affine
-    coefficients (Pillow's six)."""
+    that order, the count of each family, and in that order each image's op (its place in its family),
+    argument and affine coefficients (Pillow's six)."""
 
     order: torch.Tensor
     counts: list[int]
-    ops: torch.Tensor
+    member: torch.Tensor
     args: torch.Tensor
     matrices: torch.Tensor
 
@@ -174,14 +185,17 @@ def affine_matrices(ops: torch.Tensor, args: torch.Tensor, height: int, width: i
     """(batch, 6) float64: for each image, Pillow's affine coefficients (output pixel centre -> input point)
     of its geometric op, the identity for the rest. Rotation as Pillow's Image.rotate builds it."""
     matrices = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 0.0], dtype=torch.float64).repeat(len(ops), 1)
-    for i in torch.nonzero(torch.isin(ops, torch.tensor(GEOMETRIC_OPS))).flatten().tolist():
-        op, value = OPS[int(ops[i])], float(args[i])
-        if op == "Rotate":
-            matrices[i] = torch.tensor(rotation(value, width, height), dtype=torch.float64)
-        elif op in ("ShearX", "TranslateXRel"):
-            matrices[i, 1 if op == "ShearX" else 2] = value if op == "ShearX" else value * width
-        else:
-            matrices[i, 3 if op == "ShearY" else 5] = value if op == "ShearY" else value * height
+    for column, name, scale in (
+        (1, "ShearX", 1),
+        (2, "TranslateXRel", width),
+        (3, "ShearY", 1),
+        (5, "TranslateYRel", height),
+    ):
+        matrices[:, column] = torch.where(ops == CODE[name], args * scale, matrices[:, column])
+    rotated = torch.nonzero(ops == CODE["Rotate"]).flatten()
+    if len(rotated):  # Python's own trigonometry and rounding, as Pillow's
+        rows = [rotation(degrees, width, height) for degrees in args[rotated].tolist()]
+        matrices[rotated] = torch.tensor(rows, dtype=torch.float64)
     return matrices
 
 
@@ -200,13 +214,13 @@ def apply_layer(images: torch.Tensor, layer: Layer, fill: torch.Tensor) -> torch
     ordered, pieces, start = images[layer.order], [], 0
     for family, count in enumerate(layer.counts):
         part, start = slice(start, start + count), start + count
-        x, ops, args = ordered[part], layer.ops[part], layer.args[part]
+        x, member, args = ordered[part], layer.member[part], layer.args[part]
         if count == 0 or family == 0:
             pieces.append(x)
         elif family == 1:
-            pieces.append(look_up(x, ops, args))
+            pieces.append(look_up(x, member, args))
         elif family == 2:
-            pieces.append(blend(x, ops, args))
+            pieces.append(blend(x, member, args))
         else:
             pieces.append(resample(x, layer.matrices[part], fill))
     out = torch.empty_like(images)
@@ -221,134 +235,6 @@ def rand_augment(images: torch.Tensor, spec: RandAugmentSpec, fill: torch.Tensor
     for index in range(spec.layers):
         images = apply_layer(images, draws.layer(index, height, width, images.device), fill)
     return images
-
-
-def _wide(device: torch.device) -> torch.dtype:
-    """The float Pillow computes in (double) where the device has it."""
-    return torch.float32 if device.type == "mps" else torch.float64
-
-
-def histograms(images: torch.Tensor) -> torch.Tensor:
-    """(B, C, 256) pixel counts of each image's channels."""
-    flat = images.flatten(2).long()
-    counts = torch.zeros(*flat.shape[:2], 256, dtype=torch.long, device=images.device)
-    return counts.scatter_add_(2, flat, torch.ones_like(flat))
-
-
-def look_up(images: torch.Tensor, ops: torch.Tensor, args: torch.Tensor) -> torch.Tensor:
-    """The table ops (ImageOps' autocontrast, equalize, invert, posterize, solarize; timm's solarize_add):
-    each image's table for its op, one gather for the batch."""
-    levels = torch.arange(256, device=images.device)
-    counts = histograms(images)
-    value = args.round().long()[:, None, None]
-    bits = (8 - value).clamp(0, 8)
-    tables = {
-        "AutoContrast": autocontrast_tables(counts, levels),
-        "Equalize": equalize_tables(counts, levels),
-        "Invert": 255 - levels,
-        "Posterize": levels & (-(1 << bits) & 255),
-        "Solarize": torch.where(levels < value, levels, 255 - levels),
-        "SolarizeAdd": torch.where(levels < 128, (levels + value).clamp(max=255), levels),
-    }
-    table = levels.expand(*counts.shape)
-    for name, candidate in tables.items():
-        table = torch.where((ops == CODE[name])[:, None, None], candidate, table)
-    return table.gather(2, images.flatten(2).long()).to(torch.uint8).view_as(images)
-
-
-def autocontrast_tables(counts: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
-    """ImageOps.autocontrast's table: the darkest level to 0, the brightest to 255, truncated."""
-    present = counts > 0
-    low = present.int().argmax(2, keepdim=True)
-    high = 255 - present.flip(2).int().argmax(2, keepdim=True)
-    scale = 255.0 / (high - low).clamp(min=1).to(_wide(counts.device))
-    table = (levels * scale + -low * scale).trunc().clamp(0, 255).long()
-    return torch.where(high <= low, levels, table)
-
-
-def equalize_tables(counts: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
-    """ImageOps.equalize's table, in its integer steps."""
-    present = counts > 0
-    last = counts.gather(2, 255 - present.flip(2).int().argmax(2, keepdim=True))
-    step = (counts.sum(2, keepdim=True) - last) // 255
-    below = counts.cumsum(2) - counts
-    table = (step // 2 + below) // step.clamp(min=1)
-    flat = (present.sum(2, keepdim=True) <= 1) | (step == 0)
-    return torch.where(flat, levels, table.clamp(max=255))
-
-
-def luma(images: torch.Tensor) -> torch.Tensor:
-    """Pillow's RGB -> L conversion (ITU-R 601-2, fixed point), (B, 1, H, W); a one-channel image itself."""
-    if images.shape[1] != 3:
-        return images[:, :1].long()
-    r, g, b = images.long().unbind(1)
-    return ((r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16)[:, None]
-
-
-def smoothed(images: torch.Tensor) -> torch.Tensor:
-    """ImageFilter.SMOOTH as Pillow computes it (float32 in its order, truncated; the border kept)."""
-    x = images.float()
-    side, centre = torch.tensor(1.0) / 13.0, torch.tensor(5.0) / 13.0
-    pad = F.pad(x, (1, 1, 1, 1))
-
-    def row(dy: int, middle: torch.Tensor) -> torch.Tensor:
-        h, w = x.shape[-2:]
-        rows = pad[..., 1 + dy : 1 + dy + h, :]
-        return rows[..., 0:w] * side + rows[..., 1 : w + 1] * middle + rows[..., 2 : w + 2] * side
-
-    total = row(1, side) + row(0, centre) + row(-1, side)
-    out = (total + 0.5).clamp(0, 255).trunc()
-    inner = torch.zeros_like(x, dtype=torch.bool)
-    inner[..., 1:-1, 1:-1] = True
-    return torch.where(inner, out, x)
-
-
-def blend(images: torch.Tensor, ops: torch.Tensor, args: torch.Tensor) -> torch.Tensor:
-    """The enhancements (ImageEnhance's Color, Contrast, Brightness, Sharpness): Image.blend of each image
-    with its op's degenerate image by its factor, in float32 and truncated, as Pillow blends."""
-    x = images.float()
-    gray = luma(images)
-    mean = (gray.flatten(1).sum(1).to(_wide(images.device)) / gray[0].numel() + 0.5).floor().float()
-    degenerate = {
-        "Color": gray.float().expand_as(x),
-        "Contrast": mean[:, None, None, None].expand_as(x),
-        "Brightness": torch.zeros_like(x),
-        "Sharpness": smoothed(images),
-    }
-    base = x
-    for name, candidate in degenerate.items():
-        base = torch.where((ops == CODE[name])[:, None, None, None], candidate, base)
-    factor = args.float()[:, None, None, None]
-    return (base + factor * (x - base)).clamp(0, 255).trunc().to(torch.uint8)
-
-
-def resample(images: torch.Tensor, matrices: torch.Tensor, fill: torch.Tensor) -> torch.Tensor:
-    """Pillow's bilinear affine transform: each output pixel centre mapped by the image's coefficients; a
-    point outside the image takes `fill`, one inside the bilinear mix of its four neighbours (edge-clamped)."""
-    batch, channels, height, width = images.shape
-    wide = _wide(images.device)
-    m = matrices[:, :, None, None]
-    ys, xs = torch.meshgrid(
-        torch.arange(height, device=images.device, dtype=wide) + 0.5,
-        torch.arange(width, device=images.device, dtype=wide) + 0.5,
-        indexing="ij",
-    )
-    x_in = m[:, 0:1] * xs + m[:, 1:2] * ys + m[:, 2:3]  # (B, 1, H, W), in the input's pixel-edge coordinates
-    y_in = m[:, 3:4] * xs + m[:, 4:5] * ys + m[:, 5:6]
-    inside = (x_in >= 0) & (x_in < width) & (y_in >= 0) & (y_in < height)
-    x_in, y_in = x_in - 0.5, y_in - 0.5
-    x0, y0 = x_in.floor(), y_in.floor()
-    dx, dy = x_in - x0, y_in - y0
-    flat = images.flatten(2).to(wide)
-
-    def pixel(y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        index = (y.long().clamp(0, height - 1) * width + x.long().clamp(0, width - 1)).flatten(1)
-        return flat.gather(2, index[:, None, :].expand(batch, channels, -1)).view(batch, channels, height, width)
-
-    top = pixel(y0, x0) + (pixel(y0, x0 + 1) - pixel(y0, x0)) * dx
-    bottom = pixel(y0 + 1, x0) + (pixel(y0 + 1, x0 + 1) - pixel(y0 + 1, x0)) * dx
-    value = (top + (bottom - top) * dy).clamp(0, 255).trunc()
-    return torch.where(inside, value, fill.to(value)[None, :, None, None]).to(torch.uint8)
 
 
 def keep_zero_bits(transform):

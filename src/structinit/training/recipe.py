@@ -41,7 +41,7 @@ class Recipe:
             ids = [device.index] if device.type == "cuda" else None
             train_model = nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
         compiled = compiles(config, device)
-        self.forward = torch.compile(train_model) if compiled else train_model
+        self.forward = torch.compile(train_model, mode=config.compile_mode) if compiled else train_model
         self.eval_forward = torch.compile(self.model) if compiled else self.model  # the same weights
         self.optimizer = create_optimizer(self.model, config, device)
         self.ema = ModelEmaV3(self.model, decay=config.ema_decay) if config.ema_decay else None
@@ -210,10 +210,12 @@ def model_of(config: TrainConfig, data: TensorData | StreamData) -> tuple[nn.Mod
 
 
 def compiles(config: TrainConfig, device: torch.device) -> bool:
-    """Whether the run's model is compiled: as --compile/--no-compile say, else on CUDA only (an H100 trains
-    the Table 5 ViT 1.36x faster compiled, ../shared/FINDINGS.md; on a CPU it gains nothing and costs a
-    minute of compilation: docs/training.md)."""
-    return config.compile if config.compile is not None else device.type == "cuda"
+    """Whether the run's model is compiled: as --compile/--no-compile say, or when a --compile-mode is given,
+    else on CUDA only (an H200 trains the Table 5 ViT 1.46x faster compiled: docs/bench_train.md; on a CPU it
+    gains nothing and costs a minute of compilation: docs/training.md)."""
+    if config.compile is not None:
+        return config.compile
+    return config.compile_mode is not None or device.type == "cuda"
 
 
 @torch.no_grad()

@@ -37,6 +37,10 @@ from .settings_yaml import MAX_BYTES
 
 SCHEDULES = ("cosine", "tanh", "step", "multistep", "poly")  # timm's schedules that need no metric
 EXAMPLES = ("adamw", "adam", "sgd", "momentum", "lamb", "lion", "nadamw")  # some of timm's optimisers
+COMPILE_HELP = "torch.compile the model (inductor); default: on CUDA only (--no-compile: eager there too)"
+COMPILE_MODE_HELP = "torch.compile's mode for training (reduce-overhead: CUDA graphs); giving one compiles"
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+COMPILE_MODE = {"aliases": ("--torchcompile-mode",), "choices": COMPILE_MODES, "since": "0.4.0"}
 INIT_SHORT = "init label, e.g. impulse, timm (init --list-options); auto: mimetic[base=kaiming] on ViTs"
 
 
@@ -152,13 +156,8 @@ class TrainConfig(DataSettings):
         choices=("auto", "bf16", "fp16", "none"),
         help="autocast dtype (auto: bf16 where the device has it, fp16 on older GPUs)",
     )
-    compile: bool | None = setting(
-        None,
-        group="model",
-        aliases=("--torchcompile",),
-        help="torch.compile the model (inductor); default: on CUDA only (--no-compile: eager there too)",
-        **WATCHED,
-    )
+    compile: bool | None = setting(None, group="model", aliases=("--torchcompile",), help=COMPILE_HELP, **WATCHED)
+    compile_mode: str | None = setting(None, group="model", help=COMPILE_MODE_HELP, **COMPILE_MODE, **WATCHED)
     device: str = setting("auto", help="auto, cpu, cuda, cuda:1, mps", **WATCHED)
     log: list[str] = setting(
         [],
@@ -291,6 +290,8 @@ def check_config(config: TrainConfig) -> None:
         raise ValueError("give --per-class or --train-fraction, not both")
     if config.randaugment:
         RandAugmentSpec.parse(config.randaugment)
+    if config.compile_mode is not None and config.compile is False:
+        raise ValueError(f"--compile-mode {config.compile_mode} compiles the model: leave out --no-compile")
 
 
 def check_optimizer(name: str) -> None:
