@@ -2,11 +2,12 @@
 
 Every image gets its own draw, as timm's per-image `RandAugment` draws: `n` ops with replacement from timm's
 15 (or their "increasing" forms), each applied with probability `p`, at magnitude `m` (noised by `mstd`, clipped
-to `mmax`), with a random sign where timm negates. The draws come from an explicit CPU generator; each layer then
-runs as a fixed set of whole-batch kernels (one table look-up for the six table ops, one blend for the four
-enhancements, one bilinear resampling for the five geometric ops), and every image takes the result of its own op.
-Each op computes what Pillow computes for timm (tests/test_randaugment.py checks them image by image);
-geometric ops resample bilinearly (timm draws bilinear or bicubic unless told)."""
+to `mmax`), with a random sign where timm negates. The draws come from an explicit CPU generator and reach the
+device in one asynchronous copy a layer; there the images of each op family go through it at once (one table
+look-up for the six table ops, one blend for the four enhancements, one bilinear resampling for the five
+geometric ops: pillow_ops.py), each with its own op and argument. Each op computes what Pillow computes for
+timm (tests/test_randaugment.py checks them image by image); geometric ops resample bilinearly (timm draws
+bilinear or bicubic unless told)."""
 
 from __future__ import annotations
 
