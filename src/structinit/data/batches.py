@@ -15,7 +15,7 @@ from timm.data.random_erasing import RandomErasing
 from torch import nn
 from tqdm.auto import tqdm
 
-from .augment import BatchAugment
+from .augment import BatchAugment, to_device
 from .datasets import Relabelled, StreamData, TensorData
 from .imagefolder import ImageError
 from .randaugment import keep_zero_bits
@@ -97,7 +97,7 @@ class InMemoryBatches:
         """This process's share of every step of `epoch`."""
         feed, steps, whole = self.feed, self.steps, self.feed.batch * self.feed.world
         order = torch.randperm(len(self.labels), generator=generator)[: steps * whole].view(steps, whole)
-        order = order.to(self.device)  # one copy an epoch, not one a step
+        order = to_device(order, self.device)  # one copy an epoch, which the host does not wait for
         mine = slice(feed.rank * feed.batch, (feed.rank + 1) * feed.batch)
         for index in _progress(order, epoch, steps, feed.show):
             images, labels = self.augment(self.images[index], self.labels[index], generator)
