@@ -2,7 +2,7 @@
 # Issue 61's device check in one call (DEVELOPERS.md): bench_gpu.py's table on real CIFAR-10 with the compiled
 # step's profile, then the CUDA tests; every output to $OUT as it comes.
 #
-#   bash benchmarks/gpu_step.sh           # the device machine (carry .gpu-data): ~6 min
+#   bash benchmarks/gpu_step.sh           # the device machine (carry .gpu-data, cifar_pack.py's): ~6 min
 #   SMOKE=1 bash benchmarks/gpu_step.sh   # here, any CPU: the same steps on bench_gpu.py --smoke
 set -uo pipefail
 python=${PYTHON:-python3}
@@ -14,7 +14,7 @@ if [ -n "${SMOKE:-}" ]; then
     bench=(--smoke)
     tests=(tests/test_randaugment.py)
 else
-    [ -d "$data/train" ] || "$python" .gpu-data/gpu_data.py unpack .gpu-data "$data"
+    [ -d "$data/train" ] || "$python" benchmarks/cifar_pack.py unpack .gpu-data "$data"
     nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,memory.used --format=csv >"$out/smi.txt"
     bench=(--data "cifar10:$data" --budget "${BUDGET:-200}" --variants train train-cudagraphs compile compile-no-randaugment
         compile-flash-attention compile-cudagraphs eager eager-no-randaugment compile-two-models)

@@ -4,13 +4,13 @@
 #   bash benchmarks/gpu_study.sh start benchmarks/study_regimes.py --part ablate --jobs 4 [--only ...]
 #   bash benchmarks/gpu_study.sh poll 540      # waits up to 540 s or until the study ends; results to $OUT
 #
-# `start` unpacks the carried .gpu-data into ../shared/datasets/cifar10 (where CIFAR-10 lies here: the --data
-# spec is part of a run's recipe, so the committed ledger's rows count only under the same spec) and copies
-# docs/ to /tmp/study/docs (once each), so the study skips the runs its committed ledger already has; then
-# runs the study in the background with --data cifar10:../shared/datasets/cifar10 --out /tmp/study/runs
-# --docs /tmp/study/docs. Every poll copies to $OUT the log, the study's docs it changed (its ledger, once it
-# ends, holds every run: copy it over docs/ here) and runs.tar.gz, each run's small files (no checkpoints), so a
-# lost machine loses little. STUDY_WORK and STUDY_DATA move /tmp/study and the data.
+# `start` unpacks the carried .gpu-data (benchmarks/cifar_pack.py's) into ../shared/datasets/cifar10 (where
+# CIFAR-10 lies here: the --data spec is part of a run's recipe, so the committed ledger's rows count only under
+# the same spec) and copies docs/ to /tmp/study/docs (once each), so the study skips the runs its committed
+# ledger already has; then runs the study in the background with --data cifar10:../shared/datasets/cifar10 --out
+# /tmp/study/runs --docs /tmp/study/docs. Every poll copies to $OUT the log, the study's docs it changed (its
+# ledger, once it ends, holds every run: copy it over docs/ here) and runs.tar.gz, each run's small files (no
+# checkpoints), so a lost machine loses little. STUDY_WORK and STUDY_DATA move /tmp/study and the data.
 set -euo pipefail
 work=${STUDY_WORK:-/tmp/study}
 data=${STUDY_DATA:-../shared/datasets/cifar10}
@@ -22,7 +22,7 @@ wait_study() {  # until the study ends or $1 seconds pass
 case "${1:-}" in
 start)
     shift
-    [ -d "$data/train" ] || "$python" .gpu-data/gpu_data.py unpack .gpu-data "$data"
+    [ -d "$data/train" ] || "$python" benchmarks/cifar_pack.py unpack .gpu-data "$data"
     if [ -f "$work/pid" ] && kill -0 "$(cat "$work/pid")" 2>/dev/null; then
         echo "gpu_study.sh: a study is still running (pid $(cat "$work/pid")): poll it first" >&2
         exit 1
