@@ -69,6 +69,7 @@ VARIANTS = {
     "compile": Variant(),
     "compile-no-randaugment": Variant(randaugment=False),
     "compile-flash-attention": Variant(attention="FLASH_ATTENTION"),
+    "compile-math-attention": Variant(attention="MATH"),  # unfused: inductor fuses the softmax between two bmm
     "compile-cudnn-attention": Variant(attention="CUDNN_ATTENTION"),
     "compile-efficient-attention": Variant(attention="EFFICIENT_ATTENTION"),
     "compile-two-models": Variant(models=2),

@@ -17,7 +17,7 @@ else
     [ -d "$data/train" ] || "$python" benchmarks/cifar_pack.py unpack .gpu-data "$data"
     nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,memory.used --format=csv >"$out/smi.txt"
     bench=(--data "cifar10:$data" --budget "${BUDGET:-200}" --variants train train-cudagraphs compile compile-no-randaugment
-        compile-flash-attention compile-cudagraphs eager eager-no-randaugment compile-two-models)
+        compile-flash-attention compile-math-attention compile-cudagraphs eager eager-no-randaugment compile-two-models)
     # the new GPU test first: a call cut short has run it
     tests=(tests/test_cuda.py::test_randaugment_gives_the_same_images_on_cuda_as_on_the_cpu_without_waiting_for_the_gpu
         tests/test_cuda.py tests/test_randaugment.py)
