@@ -61,7 +61,7 @@ class Variant:
 
 
 # in the order a lease should measure them: those that share one compilation (inductor's cache) first, the
-# costly autotuning last, where --budget may cut it. "train" is not a Variant: the trainer itself (trainer_row).
+# costly autotuning last, where --budget may cut it. The TRAINER_ROWS are no Variant: the trainer itself.
 VARIANTS = {
     "eager": Variant(None),
     "eager-no-randaugment": Variant(None, randaugment=False),
