@@ -97,3 +97,18 @@ def test_a_compile_mode_beside_no_compile_is_refused_in_one_line(tmp_path, capsy
 
     assert main(["train", "--compile-mode", "reduce-overhead", "--no-compile", "--out", str(tmp_path / "r")]) == 2
     assert "--compile-mode reduce-overhead compiles the model: leave out --no-compile" in capsys.readouterr().err
+
+
+def test_an_eager_row_runs_the_model_itself_and_a_compile_row_its_compiled_form(bench, monkeypatch):
+    """Issue 61: the "eager" rows were compiled (the trainer compiles on CUDA when compile is unset)."""
+    import argparse
+
+    from structinit.training import recipe as recipe_module
+
+    on_cuda = recipe_module.compiles  # the trainer's decision as a CUDA machine makes it, here
+    monkeypatch.setattr(recipe_module, "compiles", lambda config, device: on_cuda(config, torch.device("cuda")))
+    cell = bench.cell_for(argparse.Namespace(device="cpu", data=None, smoke=True))
+    eager = cell.recipe(bench.VARIANTS["eager"])
+    assert eager.forward is eager.model
+    compiled = cell.recipe(bench.VARIANTS["compile-cudagraphs"])
+    assert isinstance(compiled.forward, torch._dynamo.eval_frame.OptimizedModule)
