@@ -3,6 +3,8 @@
 #
 #   bash benchmarks/gpu_study.sh start benchmarks/study_regimes.py --part ablate --jobs 4 [--only ...]
 #   bash benchmarks/gpu_study.sh poll 540      # waits up to 540 s or until the study ends; results to $OUT
+#   STUDY_DOCS=none bash benchmarks/gpu_study.sh start benchmarks/gpu_table5.py --epochs 200 --eval-every 10 \
+#       --inits 'mimetic[base=kaiming]' --seed 0     # a script that keeps no ledger in docs/: no --docs
 #
 # `start` unpacks the carried .gpu-data (benchmarks/cifar_pack.py's) into ../shared/datasets/cifar10 (where
 # CIFAR-10 lies here: the --data spec is part of a run's recipe, so the committed ledger's rows count only under
@@ -10,11 +12,14 @@
 # ledger already has; then runs the study in the background with --data cifar10:../shared/datasets/cifar10 --out
 # /tmp/study/runs --docs /tmp/study/docs. Every poll copies to $OUT the log, the study's docs it changed (its
 # ledger, once it ends, holds every run: copy it over docs/ here) and runs.tar.gz, each run's small files (no
-# checkpoints), so a lost machine loses little. STUDY_WORK and STUDY_DATA move /tmp/study and the data.
+# checkpoints), so a lost machine loses little. STUDY_WORK and STUDY_DATA move /tmp/study and the data;
+# STUDY_DOCS=none leaves --docs out.
 set -euo pipefail
 work=${STUDY_WORK:-/tmp/study}
 data=${STUDY_DATA:-../shared/datasets/cifar10}
 python=${PYTHON:-python3}  # the device machine's; here, for a smoke test: PYTHON=.venv/bin/python
+docs=(--docs "$work/docs")
+[ "${STUDY_DOCS:-}" != none ] || docs=()
 wait_study() {  # until the study ends or $1 seconds pass
     local deadline=$((SECONDS + $1))
     while kill -0 "$(cat "$work/pid")" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 2; done
@@ -31,7 +36,7 @@ start)
     rm -f "$work/rc"
     # shellcheck disable=SC2016  # $0 and $@ are the inner shell's: the study and its arguments
     PYTHONPATH=src setsid nohup bash -c '"$0" "$@"; echo $? > "'"$work/rc"'"' "$python" "$@" \
-        --data "cifar10:$data" --out "$work/runs" --docs "$work/docs" > "$work/study.log" 2>&1 < /dev/null &
+        --data "cifar10:$data" --out "$work/runs" "${docs[@]}" > "$work/study.log" 2>&1 < /dev/null &
     echo $! > "$work/pid"
     wait_study 60  # its first minute: a study that fails at once says why in this call
     ;;
