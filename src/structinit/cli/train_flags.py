@@ -177,7 +177,7 @@ def check_input_channels(channels: int, config: TrainConfig) -> None:
     from ..training.recipe import data_of
 
     data = data_of(config)
-    has = data.image_shape[0] if hasattr(data, "image_shape") else data.channels
+    has = data.channels
     if channels != has:
         size = config.img_size
         raise ValueError(

@@ -68,6 +68,11 @@ class TensorData:
     def image_shape(self) -> tuple[int, int, int]:
         return tuple(self.train_images.shape[1:])
 
+    @property
+    def channels(self) -> int:
+        """As StreamData.channels: what a model built for the data takes as in_chans."""
+        return self.train_images.shape[1]
+
 
 @dataclass
 class StreamData:

@@ -187,14 +187,13 @@ INITIAL_CHECKPOINT = "initial-checkpoint"  # the init report's method of a run s
 def model_of(config: TrainConfig, data: TensorData | StreamData) -> tuple[nn.Module, Report]:
     """The run's model, created for the data's classes, channels and image size and initialised (or loaded
     from --initial-checkpoint); returns (model, init report). Seeded, so that it is the same model every time."""
-    in_memory = isinstance(data, TensorData)
     spec = InitSpec.parse("default") if config.initial_checkpoint else config.init_spec
     model, report = build_model(
         config.model,
         spec,
         config.seed,
         num_classes=data.num_classes,
-        in_chans=data.image_shape[0] if in_memory else data.channels,
+        in_chans=data.channels,
         data_size=data_size(config, data),
         drop_path=config.drop_path,
         teacher=config.teacher,
