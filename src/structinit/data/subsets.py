@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 
 
@@ -38,12 +40,10 @@ def stratified_split(
         raise ValueError(f"--val-per-class must be >= 1, got {val_per_class}")
     if per_class is None and fraction is None and val_per_class is None:
         return None, None
-    generator = torch.Generator().manual_seed(seed)
     train, val = [], []
-    for cls in torch.unique(labels).tolist():
+    for cls, order in shuffled_classes(labels, seed):
         name = repr(classes[cls]) if classes is not None and cls < len(classes) else cls
-        members = torch.nonzero(labels == cls).flatten()
-        n, held = len(members), val_per_class or 0
+        n, held = len(order), val_per_class or 0
         if per_class is not None:
             count = per_class
         elif fraction is not None:
@@ -57,7 +57,6 @@ def stratified_split(
                 f"--val-per-class {val_per_class}: class {name} has {n} training images, too few for "
                 f"{max(count, 1)} training and {held} validation images"
             )
-        order = members[torch.randperm(n, generator=generator)]
         train.append(order[:count])
         if held:
             val.append(order[n - held :])
@@ -67,9 +66,13 @@ def stratified_split(
 def stratified_head(labels: torch.Tensor, per_class: int, seed: int) -> torch.Tensor:
     """Indices of up to `per_class` images of every class (all of a smaller class), drawn once from `seed`:
     the same evaluation subset at every evaluation of a run, and of every run on the same data."""
+    return torch.cat([order[:per_class] for _, order in shuffled_classes(labels, seed)]).sort().values
+
+
+def shuffled_classes(labels: torch.Tensor, seed: int) -> Iterator[tuple[int, torch.Tensor]]:
+    """Each class and the indices of its images in one shuffled order, drawn from `seed` class by class: the
+    head of that order is a subset, its tail a validation split."""
     generator = torch.Generator().manual_seed(seed)
-    chosen = []
     for cls in torch.unique(labels).tolist():
         members = torch.nonzero(labels == cls).flatten()
-        chosen.append(members[torch.randperm(len(members), generator=generator)[:per_class]])
-    return torch.cat(chosen).sort().values
+        yield cls, members[torch.randperm(len(members), generator=generator)]
