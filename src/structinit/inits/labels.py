@@ -71,6 +71,9 @@ def label_before(label: str) -> str:
     return with_options(name, {**given, **{k: v for k, v in IMPULSE_BEFORE.items() if k not in given}})
 
 
+WORDS = {"true": True, "false": False, "none": None}  # values as YAML and the shell write them
+
+
 def parse_assignments(text: str | None, what: str) -> dict[str, Any]:
     """'a=1,b=x,c=(32,48)' -> {'a': 1, 'b': 'x', 'c': (32, 48)}; values are Python literals or strings."""
     result: dict[str, Any] = {}
@@ -82,11 +85,10 @@ def parse_assignments(text: str | None, what: str) -> dict[str, Any]:
             raise ValueError(f"{what}: expected key=value, got {item!r}")
         if key.strip() in result:
             raise ValueError(f"{what}: {key.strip()} is given twice")
-        words = {"true": True, "false": False, "none": None}  # as YAML and the shell write them
         try:
             result[key.strip()] = ast.literal_eval(value.strip())
         except (ValueError, SyntaxError):
-            result[key.strip()] = words.get(value.strip().lower(), value.strip())
+            result[key.strip()] = WORDS.get(value.strip().lower(), value.strip())
     return result
 
 
