@@ -12,13 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from .randaugment import RandAugmentSpec, rand_augment
-
-
-def to_device(values: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """Host-drawn values on the device without the host waiting for the copy (pinned, asynchronous on CUDA)."""
-    if device.type != "cuda":
-        return values.to(device)
-    return values.pin_memory().to(device, non_blocking=True)
+from .transfer import to_device
 
 
 def random_crop(images: torch.Tensor, padding: int, generator: torch.Generator) -> torch.Tensor:

@@ -15,11 +15,12 @@ from timm.data.random_erasing import RandomErasing
 from torch import nn
 from tqdm.auto import tqdm
 
-from .augment import BatchAugment, to_device
+from .augment import BatchAugment
 from .datasets import Relabelled, StreamData, TensorData
 from .imagefolder import ImageError
 from .randaugment import keep_zero_bits
 from .subsets import stratified_head
+from .transfer import to_device
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 

@@ -18,6 +18,7 @@ import re
 import torch
 
 from .pillow_ops import blend, look_up, resample, wide_float
+from .transfer import to_device
 
 OPS = (
     "AutoContrast",
@@ -119,9 +120,7 @@ class Draws:
         counts = torch.bincount(family, minlength=4).tolist()
         matrices = affine_matrices(ops, args, height, width)
         packed = torch.cat([torch.stack([order, MEMBER[ops + 1][order], args[order]], 1), matrices[order]], 1)
-        if device.type == "cuda":
-            packed = packed.pin_memory().to(device, non_blocking=True)
-        packed = packed.to(device, wide_float(device))
+        packed = to_device(packed.to(wide_float(device)), device)
         return Layer(packed[:, 0].long(), counts, packed[:, 1].long(), packed[:, 2], packed[:, 3:])
 
 
