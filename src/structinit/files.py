@@ -220,12 +220,20 @@ def atomic_save(
     atomic_write(Path(path), lambda f: (write or torch.save)(obj, f), keep_previous=keep_previous, then=then)
 
 
-def read_json_object(path: Path, fix: str) -> dict[str, Any]:
+JSON_MAX_BYTES = 16 << 20  # a record the tool writes is a few KB (a ViT-H's init report: ~200 KB)
+
+
+def read_json_object(path: Path, fix: str, max_bytes: int = JSON_MAX_BYTES) -> dict[str, Any]:
     """A JSON object the tool wrote (summary.json, init_report.json); one line naming the file and `fix`
-    if it is damaged: not text, not JSON, nested too deep to read, or not an object."""
+    if it is damaged: larger than `max_bytes` (read no further), not text, not JSON, nested too deep to
+    read, or not an object."""
     regular_file(path)
+    with open(path, "rb") as file:
+        data = file.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise RunError(f"{path} is damaged (larger than {max_bytes:,} bytes, which no record of its kind is): {fix}")
     try:
-        value = json.loads(path.read_text())
+        value = json.loads(data.decode())
     except RecursionError:
         raise RunError(f"{path} is damaged (nested too deep to read): {fix}") from None
     except ValueError as error:  # not JSON, or not text (UnicodeDecodeError)

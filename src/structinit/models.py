@@ -33,6 +33,8 @@ PRESETS: dict[str, tuple[str | Callable[..., nn.Module], dict[str, Any]]] = {
         dict(img_size=8, patch_size=1, embed_dim=64, depth=4, num_heads=4, mlp_ratio=2.0),
     ),
     "vit_tiny_p4": ("vit_tiny_patch16_224", dict(img_size=32, patch_size=4)),  # ViT-T (192 x 12, 3 heads) at 32 px
+    # ViT-T at the images' size, its patch giving them a grid of 8 x 8 tokens or more (16 at most): `choose`'s
+    "vit_tiny_fit": ("vit_tiny_patch16_224", dict(img_size=224, patch_size=16)),
     "vit_tiny_p2": ("vit_tiny_patch16_224", dict(img_size=32, patch_size=2)),
     "vit_small_p4": ("vit_small_patch16_224", dict(img_size=32, patch_size=4)),
     "vit_d6_p4": ("vit_tiny_patch16_224", dict(img_size=32, patch_size=4, depth=6)),  # the FINDINGS / study ViT
@@ -56,8 +58,9 @@ PRESETS: dict[str, tuple[str | Callable[..., nn.Module], dict[str, Any]]] = {
 }
 
 # presets whose patch follows the data: the largest that leaves GRID x GRID tokens or more (8 px: patch 1;
-# 32 px: 4), the grid at which the preset's 16-wide heads reach their impulse maps (docs/training.md)
-PATCH_FOLLOWS_DATA = ("vit_digits",)
+# 32 px: 4), the grid at which the preset's 16-wide heads reach their impulse maps (docs/training.md), up
+# to a largest patch (None: no limit)
+PATCH_FOLLOWS_DATA = {"vit_digits": None, "vit_tiny_fit": 16}
 GRID = 8
 
 
@@ -67,7 +70,7 @@ def patch_for(name: str, data_size: int | None, kwargs: dict[str, Any]) -> int |
     side (between GRID and 2 GRID - 1 of them); None: the preset's or the model's own."""
     if name not in PATCH_FOLLOWS_DATA or data_size is None or "patch_size" in kwargs:
         return None
-    return max(1, data_size // GRID)
+    return max(1, min(data_size // GRID, PATCH_FOLLOWS_DATA[name] or data_size))
 
 
 # timm.create_model keywords that load weights or configs from files or the hub: a config.yaml or a

@@ -9,15 +9,19 @@ from pathlib import Path
 from ..training.setting import int_list
 from .train_flags import add_train_arguments, file_values, train_config, train_values
 
+# train's flags that choose sets itself: every run evaluates after every epoch, on the whole validation split
+SET_BY_CHOOSE = ("--eval-every", "--eval-per-class", "--eval-final", "--snapshot-epochs")
+CANDIDATES = "impulse (or --structured), mimetic[base=kaiming], kaiming, timm and qk-norm[...]"
+
 
 def add_choose_command(commands: argparse._SubParsersAction) -> None:
     choose = commands.add_parser(
         "choose",
         help="which init for my data: a short comparison on a validation split, and a verdict",
-        description="Train the structured init, mimetic and kaiming on PyTorch's base and the structured init's "
-        "norm-matched control on a validation split carved from the training images, at least two seeds each, "
-        "sized to --minutes, and say which init to use, by how much, and whether the margin exceeds the seeds' "
-        "spread.",
+        description=f"Train {CANDIDATES} (the structured init's Q/K norm on PyTorch's base, no structure) on a "
+        "validation split carved from the training images, at least two seeds each, within --minutes, and say "
+        "which init to use, by how much after how many steps, and whether the margin exceeds the seeds' spread; "
+        "too short to tell where the runs are not evidence.",
         usage="structinit choose [DIR] [--data SPEC] [--model NAME] [--minutes M] [--seeds S,S] [options]",
         add_help=False,
     )
@@ -27,55 +31,82 @@ def add_choose_command(commands: argparse._SubParsersAction) -> None:
         "--minutes",
         type=float,
         default=10.0,
-        help="the time the comparison may take, about: it sets the epochs unless --epochs does (default: 10)",
+        help="the most the comparison may take, start to verdict: it sets the epochs unless --epochs does "
+        "(default: 10)",
     )
     common("--seeds", default="0,1", help="comma-separated seeds, at least two (default: 0,1)")
     common(
         "--structured",
-        help="the structured init to test (default: the paper's form, the Q/K alone on PyTorch's base)",
+        help="the structured init to test (default: impulse, the paper's form: the Q/K alone on PyTorch's base)",
     )
     common("--parallel", "--jobs", type=int, default=1, metavar="K", help="K runs at once (default: 1)")
     groups["run"].add_argument(
-        "--rerun", action="store_true", help="train again (from scratch) run directories made with another recipe"
+        "--rerun", action="store_true", help="compare again from scratch: the comparison in --out is deleted first"
     )
+    flags = choose._option_string_actions
+    flags["--model"].help = (
+        "timm model or preset (structinit init --list-models) (default: vit_digits on digits; other data: "
+        "vit_tiny_fit, timm's ViT-Ti at the images' size with an 8x8 grid of tokens or more)"
+    )
+    flags["--epochs"].help = "epochs a run, instead of what --minutes allows (default: sized to --minutes)"
+    for name in SET_BY_CHOOSE:
+        flags[name].help = argparse.SUPPRESS
     choose.set_defaults(out="runs/choose")
 
 
 def run_choose(args: argparse.Namespace) -> int:
-    from ..studies.choose import STRUCTURED, check_minutes, check_structured, choose
+    from ..studies.choose import STRUCTURED, check_minutes, check_structured, choose, default_model
 
     check_minutes(args.minutes)
-    if args.parallel < 1:
-        raise ValueError(f"--parallel must be >= 1, got {args.parallel}")
-    base = train_config(args)
+    given = [f for f in SET_BY_CHOOSE if getattr(args, f[2:].replace("-", "_"), None) not in (None, [])]
+    if given:
+        raise ValueError(f"{given[0]}: choose sets it itself (every run is evaluated after every epoch)")
+    asked = {**file_values(args), **train_values(args)}
+    base = train_config(args, **({} if "model" in asked else {"model": default_model(asked.get("data", "digits"))}))
     if args.per_class:
         sizes = int_list(args.per_class, "--per-class")
         if len(sizes) > 1:
             raise ValueError("--per-class: choose trains at one subset size; give one K")
         base = dataclasses.replace(base, per_class=sizes[0])
-    seeds = int_list(args.seeds, "--seeds")
-    structured = check_structured(args.structured or STRUCTURED)
-    asked = {**file_values(args), **train_values(args)}
     choice = choose(
         base,
         args.minutes,
-        seeds,
+        int_list(args.seeds, "--seeds"),
         args.out,
-        structured,
+        check_structured(args.structured or STRUCTURED),
         args.parallel,
         epochs=args.epochs,
         fit_batch="batch_size" not in asked,
         rerun=args.rerun,
+        started=getattr(args, "started", None),
+        show=not base.quiet,
     )
-    row, config, plan = choice.rows[0], choice.config, choice.plan
-    images = f"{config.per_class} images a class" if config.per_class else "every training image"
-    sized = f", sized to --minutes {plan.minutes:g}" if plan.minutes is not None else ""
-    print(
-        f"compared: {len(plan.inits)} inits x seeds {','.join(map(str, plan.seeds))} on {row['dataset']} "
-        f"({images}, {config.val_per_class} a class held out for validation), {config.epochs} epochs "
-        f"({row['steps']} steps at batch {config.batch_size}{sized}) of {config.model}, "
-        f"{row['device'] or 'this machine'}"
-    )
-    print(choice.verdict.text())
-    print(f"{len(choice.rows)} runs; results.md, curves.png and summary.png in {Path(args.out)}")
+    print_choice(choice, args)
     return 0
+
+
+def print_choice(choice, args: argparse.Namespace) -> None:
+    """What was compared, the verdict, what is left to do and where the files are."""
+    config, plan = choice.config, choice.plan
+    images = f"{config.per_class} images a class" if config.per_class else "every training image"
+    print(
+        f"compared: {len(plan.inits)} inits x seeds {','.join(map(str, plan.seeds))} on {config.data} ({images}, "
+        f"{config.val_per_class} a class held out for validation), epoch {choice.epoch} of {plan.epochs} "
+        f"({choice.epoch * plan.steps} steps at batch {config.batch_size}; {plan.sized()}) of {plan.model}"
+    )
+    if choice.verdict is not None:
+        print(choice.verdict.text())
+    if choice.epoch < plan.epochs:
+        left = f"about {choice.minutes_left():.1f} minutes more at the pace measured"
+        print(
+            f"the budget ended at epoch {choice.epoch} of the {plan.epochs} planned: the same command goes on ({left})"
+            + ("" if choice.verdict is not None else "; no verdict before every run has trained")
+        )
+    elif choice.verdict is not None and choice.verdict.too_short:
+        print("to tell: a longer budget (--minutes M --rerun: from scratch), more images, or another --out")
+    if choice.verdict is not None and not choice.verdict.too_short and not choice.verdict.tie:
+        kwargs = ",".join(f"{k}={v}" for k, v in config.model_kwargs.items())
+        model = f" --model {config.model}" + (f" --model-kwargs {kwargs}" if kwargs else "")
+        init = choice.verdict.best
+        print(f"train it: structinit train --data {config.data}{model} --init '{init}' -b {config.batch_size}")
+    print(f"runs, results.md and curves.png (finished runs) in {Path(args.out)}")

@@ -7,6 +7,7 @@ import json
 import signal
 import sys
 import threading
+import time
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -266,7 +267,9 @@ EXTRAS = {"matplotlib": "train", "sklearn": "train", "tensorboard": "log", "wand
 
 
 def main(argv: list[str] | None = None) -> int:
+    started = time.monotonic()  # a budget (choose --minutes) counts from here, before torch and timm load
     args = build_parser().parse_args(argv)
+    args.started = started
     if getattr(args, "out", None) == "":  # Path("") is the current directory
         return fail(args.command, "--out is empty: name where to write, e.g. --out runs/mine")
     if threading.current_thread() is threading.main_thread():

@@ -1,12 +1,13 @@
 """`structinit choose`: which init for the user's own data. A short comparison (the structured init, mimetic
 on PyTorch's base, PyTorch's default, timm's own init and the structured init's norm-matched control) on a
-validation split carved from the training images, at least two seeds, sized to a time budget once (the plan,
-choose_plan.py, is kept in the comparison's directory so that it resumes), and a verdict (verdict.py)."""
+validation split carved from the training images, at least two seeds, within a time budget (sized from the
+measured pace: choose_pace.py; kept to as it goes: choose_runs.py), planned in its directory so that it goes
+on where it stopped and never pools or reprints another comparison (choose_plan.py), and a verdict that claims
+no more than the runs show (verdict.py). One `choose` at a time in a directory."""
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 import time
 from pathlib import Path
@@ -14,21 +15,35 @@ from typing import Any
 
 import torch
 
-from ..data.batches import batches_for
+from ..data.datasets import fingerprint
+from ..errors import RunError
+from ..files import folders_kept_only_if_used
 from ..inits.labels import AUTO, label_method, read_label
 from ..inits.labels import BASELINES as BASELINE_METHODS
 from ..scale import head_qk_norms
-from ..training.device import Dist, resolve_device
-from ..training.recipe import Recipe, data_of, evaluate, feed_of
+from ..training.device import Dist
+from ..training.lock import RunLock
+from ..training.ownership import clear_run, written_by_a_run
+from ..training.recipe import Recipe, data_of
 from ..training.settings import TrainConfig
 from ..training.startup import batch_for_steps, eval_images
-from .choose_plan import Plan, plan_of, read_plan, write_plan
-from .grid import compare
-from .verdict import Verdict, verdict
+from . import choose_pace
+from .choose_pace import OVERRUN, RESERVE_SECONDS, Pace, sized_epochs, warmup_for
+from .choose_plan import PLAN_FILE, Plan, check_same, read_plan, recipe_of, write_plan
+from .choose_runs import run_configs_of, scores_at, train_runs
+from .grid import RESULT_FILES, check_grid_directory, write_grid_results
+from .verdict import Evidence, Verdict, verdict
 
 STRUCTURED = "impulse"  # the paper's text: Q/K alone at its solve's sharpness, on PyTorch's base
 BASELINES = ("mimetic[base=kaiming]", "kaiming", "timm")
-SHARE_OF_BUDGET = 0.8  # the rest: building the models, the sizing itself
+# the model compared where none is given: the digits' own ViT, else timm's ViT-Ti with a patch that gives
+# the images an 8 x 8 grid of tokens or more (models.py)
+DIGITS_MODEL, IMAGES_MODEL = "vit_digits", "vit_tiny_fit"
+MAX_MINUTES = 1e6  # about two years
+
+
+def default_model(data: str) -> str:
+    return DIGITS_MODEL if data == "digits" else IMAGES_MODEL
 
 
 def check_structured(label: str) -> str:
@@ -43,47 +58,42 @@ def check_structured(label: str) -> str:
     return label
 
 
-def control_of(config: TrainConfig, data: Any, structured: str) -> str:
-    """The norm-matched control: PyTorch's base with each head's Q/K at the structured init's mean norm."""
-    recipe = Recipe(dataclasses.replace(config, init=structured, compile=False), data, torch.device("cpu"), Dist())
+def check_minutes(minutes: float) -> float:
+    if not (math.isfinite(minutes) and 0 < minutes <= MAX_MINUTES):
+        raise ValueError(f"--minutes must be a finite number > 0 and at most {MAX_MINUTES:,.0f}, got {minutes}")
+    return minutes
+
+
+def check_seeds(seeds: list[int]) -> list[int]:
+    """The seeds as a set (sorted): at least two, each once."""
+    twice = sorted({s for s in seeds if seeds.count(s) > 1})
+    if twice:
+        raise ValueError(f"--seeds lists {', '.join(map(str, twice))} twice: each seed once")
+    if len(seeds) < 2:
+        raise ValueError("--seeds: give at least two, so that a margin can be held against the seed spread")
+    return sorted(seeds)
+
+
+def control_of(config: TrainConfig, data: Any, structured: str) -> tuple[str, float]:
+    """The norm-matched control (PyTorch's base with each head's Q/K at the structured init's mean norm), and
+    the seconds a run's build of the structured init takes: timed again where the first build took over a
+    second, which may have solved and cached what the runs' builds then read (impulse's sharpness)."""
+    config = dataclasses.replace(config, init=structured, compile=False)
+    started = time.perf_counter()
+    recipe = Recipe(config, data, torch.device("cpu"), Dist())
+    built = time.perf_counter() - started
     norms = head_qk_norms(recipe.model)
-    return f"qk-norm[norm={sum(norms) / len(norms):.3g},base=kaiming]"
-
-
-def seconds_per_image(config: TrainConfig, data: Any, steps: int = 3) -> tuple[float, float]:
-    """Seconds an image to train and to evaluate on this machine, timed on the trainer's own step and batches
-    (reading and decoding included where the images stream from files)."""
-    device = resolve_device(config.device, 0)
-    recipe = Recipe(dataclasses.replace(config, init="kaiming"), data, device, Dist())
-    batches = batches_for(data, recipe.model, feed_of(config, Dist()), device, recipe.mixup)
-    recipe.schedule(max(1, batches.steps), 0)
-    generator = torch.Generator().manual_seed(config.seed)
-    train = itertools.chain.from_iterable(batches.train(epoch, generator) for epoch in itertools.count())
-    recipe.step(*next(train), 0)  # the first step allocates
-    started = time.perf_counter()
-    for step in range(steps):
-        recipe.step(*next(train), step + 1).item()
-    training = (time.perf_counter() - started) / (steps * config.batch_size)
-    started = time.perf_counter()
-    counted = evaluate(recipe.eval_forward, itertools.islice(batches.evaluate(), 2), device, Dist(), recipe.amp_dtype)
-    return training, (time.perf_counter() - started) / counted["test_images"]
-
-
-def epochs_for(minutes: float, runs: int, train_images: int, eval_images: int, per_image: tuple[float, float]) -> int:
-    """The most epochs every run can train in `minutes` (each epoch trains and evaluates once)."""
-    epoch = train_images * per_image[0] + eval_images * per_image[1]
-    return max(1, int(minutes * 60 * SHARE_OF_BUDGET / (runs * epoch)))
-
-
-def fitted_batch(batch_size: int, train_images: int) -> int:
-    """`batch_size`, or the batch (a power of two) that gives FEW_STEPS steps an epoch on `train_images`."""
-    return min(batch_size, batch_for_steps(train_images))
+    if built > 1.0:
+        started = time.perf_counter()
+        Recipe(config, data, torch.device("cpu"), Dist())
+        built = time.perf_counter() - started
+    return f"qk-norm[norm={sum(norms) / len(norms):.3g},base=kaiming]", built
 
 
 def batch_for(base: TrainConfig, images: int, fit: bool, say) -> TrainConfig:
     """`base` with a batch that gives at least FEW_STEPS steps an epoch when `fit` (said through `say`);
     ValueError where the batch asked exceeds the training images."""
-    batch = fitted_batch(base.batch_size, images)
+    batch = min(base.batch_size, batch_for_steps(images))
     if fit and batch < base.batch_size:
         say(f"batch size {batch} (not {base.batch_size}): {images} training images, {images // batch} steps an epoch")
         return dataclasses.replace(base, batch_size=batch)
@@ -95,35 +105,6 @@ def batch_for(base: TrainConfig, images: int, fit: bool, say) -> TrainConfig:
     return base
 
 
-def new_plan(base: TrainConfig, data: Any, structured: str, seeds: list[int], minutes: float, epochs: int | None):
-    """The comparison's inits (its control solved), and its epochs: `epochs`, or what `minutes` allows."""
-    control = control_of(base, data, structured)
-    inits = [structured, *BASELINES, control]
-    if epochs is None:
-        per_image = seconds_per_image(base, data)  # K runs at once share the same cores: the same total
-        runs, images = len(inits) * len(seeds), len(data.train_labels)
-        return plan_of(
-            base,
-            inits,
-            seeds,
-            epochs_for(minutes, runs, images, eval_images(data, "val"), per_image),
-            minutes,
-            structured,
-            control,
-        )
-    return plan_of(base, inits, seeds, epochs, None, structured, control)
-
-
-@dataclasses.dataclass(frozen=True)
-class Choice:
-    """A finished comparison: its verdict, its result rows (results.csv's), the config it trained and its plan."""
-
-    verdict: Verdict
-    rows: list[dict[str, Any]]
-    config: TrainConfig
-    plan: Plan
-
-
 def validation_size(base: TrainConfig) -> int:
     """Images a class to hold out when none are asked: a fifth of the smallest class, 2 to 100."""
     data = data_of(dataclasses.replace(base, val_per_class=None))
@@ -131,10 +112,22 @@ def validation_size(base: TrainConfig) -> int:
     return max(2, min(100, smallest // 5))
 
 
-def check_minutes(minutes: float) -> float:
-    if not (math.isfinite(minutes) and minutes > 0):
-        raise ValueError(f"--minutes must be a finite number > 0, got {minutes}")
-    return minutes
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """A comparison as far as it went: its verdict (None where some run has no epoch yet), the epoch it was
+    read at, the finished runs' result rows, the config the runs trained and the plan."""
+
+    verdict: Verdict | None
+    epoch: int
+    rows: list[dict[str, Any]]
+    config: TrainConfig
+    plan: Plan
+
+    def minutes_left(self) -> float:
+        """About the minutes the comparison needs to reach its plan from where it is."""
+        pace = Pace(*self.plan.pace)
+        runs = len(self.plan.inits) * len(self.plan.seeds)
+        return runs * pace.seconds_for(self.plan.epochs - self.epoch) / 60
 
 
 def choose(
@@ -148,36 +141,117 @@ def choose(
     fit_batch: bool = True,
     say=print,
     rerun: bool = False,
+    started: float | None = None,
+    show: bool = True,
 ) -> Choice:
-    """Train the comparison into `out` within about `minutes`, or for `epochs` where given (on a validation
-    split of base.val_per_class images a class, or validation_size's), and give its verdict. A comparison
-    already in `out` is resumed as planned when asked again with the same flags and refused otherwise;
-    `rerun`: as compare's; `fit_batch`: batch_for's."""
+    """Compare the inits into `out` within `minutes` from `started` (time.monotonic(); default: now), or for
+    `epochs` where given, on a validation split of base.val_per_class images a class (validation_size's
+    where None), and give the verdict. A comparison already in `out` goes on as planned when asked again with
+    the same flags on the same data, and is refused otherwise; `rerun`: compare again from scratch;
+    `fit_batch`: batch_for's; `show`: a bar over the epochs."""
+    started = time.monotonic() if started is None else started
     check_minutes(minutes)
-    if len(seeds) < 2:
-        raise ValueError("--seeds: give at least two, so that a margin can be held against the seed spread")
+    seeds, out = check_seeds(list(seeds)), Path(out)
     check_structured(structured)
-    out = Path(out)
+    if parallel < 1:
+        raise ValueError(f"--parallel must be >= 1, got {parallel}")
+    check_grid_directory(out)
+    with folders_kept_only_if_used(out), RunLock(out, "choose"):
+        sizing = (minutes, epochs, started, parallel)
+        return _choose(base, seeds, out, structured, sizing, fit_batch, say, rerun, show)
+
+
+def _choose(base, seeds, out, structured, sizing, fit_batch, say, rerun, show) -> Choice:
+    minutes, epochs, started, parallel = sizing
+    # the runs are sized to end by the budget, less the reserve; they may run on past it by OVERRUN of it
+    deadline = None if epochs is not None else started + minutes * 60 * (1 + OVERRUN) - RESERVE_SECONDS
+    loading = time.perf_counter()
+    base = dataclasses.replace(base, eval_every=1, eval_per_class=None, quiet=True)
     if not base.val_per_class:
         base = dataclasses.replace(base, val_per_class=validation_size(base))
     data = data_of(base)
+    loading = time.perf_counter() - loading
     base = batch_for(base, len(data.train_labels), fit_batch, say)
-    plan = read_plan(out, base, structured, seeds, epochs)
-    if plan is None:
-        plan = new_plan(base, data, structured, seeds, minutes, epochs)
-        write_plan(out, plan)
-    else:
-        say(f"resuming the comparison planned in {out / 'choose.json'}: {plan.epochs} epochs a run")
-    config = dataclasses.replace(base, epochs=plan.epochs, warmup_epochs=min(base.warmup_epochs, plan.epochs / 4))
-    sized = f" (sized to {plan.minutes:g} minutes)" if plan.minutes is not None else ""
+    plan = _plan(out, base, data, structured, seeds, (minutes, epochs, deadline, parallel, loading), rerun, say)
+    config = dataclasses.replace(base, epochs=plan.epochs, warmup_epochs=warmup_for(base, plan.epochs))
+    say(f"model: {plan.model}")
     say(
-        f"comparing {', '.join(plan.inits)} x seeds {','.join(map(str, plan.seeds))}: {plan.epochs} epochs a run"
-        f"{sized} at batch {config.batch_size}, into {out}"
+        f"comparing {', '.join(plan.inits)} x seeds {','.join(map(str, plan.seeds))}: {plan.epochs} epochs a run, "
+        f"{plan.epochs * plan.steps} steps at batch {config.batch_size}"
+        + (f" (sized to {plan.minutes:g} minutes)" if plan.minutes is not None else "")
+        + f", into {out}"
     )
-    rows = compare(config, plan.inits, plan.seeds, [base.per_class], out, parallel=parallel, rerun=rerun)
-    rows = [r for r in rows if r["init"] in plan.inits and r["seed"] in plan.seeds]
-    scores: dict[str, list[float]] = {}
-    for row in rows:
-        scores.setdefault(row["init"], []).append(row["top1"])
-    result = verdict(scores, plan.structured, plan.control, chance=100 / data.num_classes)
-    return Choice(result, rows, config, plan)
+    configs = run_configs_of(plan, config, out)
+    pace = Pace(*plan.pace)
+    epoch = train_runs(plan, configs, out, parallel, deadline, pace, show)
+    rows = write_grid_results(out)
+    if epoch == 0:
+        return Choice(None, 0, rows, config, plan)
+    evidence = Evidence(
+        epoch * plan.steps, math.ceil(config.warmup_epochs * plan.steps), eval_images(data, config.eval_split)
+    )
+    scores = scores_at(configs, epoch)
+    result = verdict(scores, plan.structured, evidence, plan.control, chance=100 / data.num_classes)
+    return Choice(result, epoch, rows, config, plan)
+
+
+def _plan(out: Path, base: TrainConfig, data: Any, structured: str, seeds: list[int], sizing, rerun: bool, say):
+    """The comparison's plan: the one in `out` if it is the comparison asked, else (where `out` holds none, or
+    `rerun` discards it) a new one, sized to the budget from the pace measured here."""
+    minutes, epochs, deadline, parallel, loading = sizing
+    try:
+        plan = read_plan(out)
+    except RunError:
+        if not rerun:
+            raise
+        plan = None
+    asked = dict(
+        seeds=seeds, structured=structured, per_class=base.per_class, val_per_class=base.val_per_class,
+        batch_size=base.batch_size, recipe=recipe_of(base), data=fingerprint(data),
+        minutes=None if epochs is not None else minutes,
+    )  # fmt: skip
+    if plan is not None and not rerun:
+        check_same(plan, dataclasses.replace(plan, **asked, epochs=epochs or plan.epochs), out / PLAN_FILE)
+        say(f"going on with the comparison planned in {out / PLAN_FILE}")
+        return plan
+    if rerun:
+        discard(out)
+    control, building = control_of(base, data, structured)
+    inits = [structured, *BASELINES, control]
+    pace, model = choose_pace.measure(base, data, loading, building)
+    pace = Pace(pace.setup, pace.epoch * parallel, pace.checkpoint * parallel)  # K at once share the cores
+    steps = len(data.train_labels) // base.batch_size
+    waves = math.ceil(len(inits) * len(seeds) / parallel)
+    if epochs is None:
+        ends = deadline - minutes * 60 * OVERRUN  # the budget's end, less the reserve
+        spent = time.monotonic() - (ends + RESERVE_SECONDS - minutes * 60)
+        epochs = sized_epochs(pace, waves, ends - time.monotonic(), steps, base, spent)
+    plan = Plan(
+        inits=inits,
+        epochs=epochs,
+        control=control,
+        steps=steps,
+        model=model,
+        pace=list(dataclasses.astuple(pace)),
+        **asked,
+    )
+    write_plan(out, plan)
+    return plan
+
+
+def discard(out: Path) -> None:
+    """Delete the comparison in `out`: its runs' own files (each run's lock held), its results and its plan."""
+    for config in sorted(out.glob("*/*/config.yaml")):
+        run = config.parent
+        if written_by_a_run(config, run):
+            with RunLock(run):
+                clear_run(run)
+            _remove_empty(run)
+    for name in (*RESULT_FILES, PLAN_FILE):
+        (out / name).unlink(missing_ok=True)
+
+
+def _remove_empty(run: Path) -> None:
+    for folder in (run, run.parent):
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()

@@ -21,17 +21,14 @@ from typing import Any
 
 import torch
 
-from ..files import folders_kept_only_if_used, read_json_object, refuse_link, remove_temporaries
-from ..training.config_file import read_config
-from ..training.identity import identity
+from ..files import folders_kept_only_if_used, remove_temporaries
 from ..training.lock import RunLock
-from ..training.ownership import clear_run, written_by_a_run
-from ..training.record import MetricsLog, RunError
+from ..training.record import MetricsLog
 from ..training.run import train
-from ..training.setting import flag
 from ..training.settings import TrainConfig
+from .grid_checks import RESULT_FILES, check_grid_directory, check_same_data, check_same_recipe, refuse_links_to
 from .launch import Cluster, LocalJob, local_workers, new_processes_ignore_signals, run_on_cluster
-from .results import REPORT_FIX, collect
+from .results import collect
 from .tables import write_results
 
 # an init label that is a folder name as it is: a method or variant without options (timm, impulse-soft)
@@ -74,7 +71,7 @@ def compare(
         if twice:
             raise ValueError(f"{name} lists {', '.join(twice)} twice: each run of the grid once")
     _check_auto_once(base, inits)
-    _check_grid_directory(out)
+    check_grid_directory(out)
     with folders_kept_only_if_used(out):
         return _compare(base, inits, seeds, per_class, out, parallel, rerun, threads, cluster, wide)
 
@@ -98,6 +95,12 @@ def _compare(
         for seed in seeds
     ]
     run_configs(configs, parallel, root=out, rerun=rerun, threads=threads, cluster=cluster)
+    return write_grid_results(out, wide)
+
+
+def write_grid_results(out: Path, wide: bool = False) -> list[dict[str, Any]]:
+    """The rows of the grid's finished runs, written as its tables and figures (`wide`: results.md with
+    every column)."""
     rows = collect(out)
     remove_temporaries(out, RESULT_FILES)  # what an interrupted write of the results left
     write_results(rows, out, wide)
@@ -107,9 +110,6 @@ def _compare(
         plot_curves(rows, out / "curves.png")
         plot_summary(rows, out / "summary.png")
     return rows
-
-
-RESULT_FILES = ("results.csv", "results.md", "curves.png", "summary.png")
 
 
 def _check_auto_once(base: TrainConfig, inits: list[str]) -> None:
@@ -124,27 +124,6 @@ def _check_auto_once(base: TrainConfig, inits: list[str]) -> None:
         raise ValueError(f"--inits lists auto and {meant}, which auto stands for on {base.model}: each init once")
 
 
-def _check_grid_directory(out: Path) -> None:
-    """Refuse a run's directory (the grid would write its runs and tables into it), files of the
-    results' names in a directory that holds no grid, and a link where the grid writes them (or its
-    jobs/): it would write outside the grid."""
-    if out.exists() and not out.is_dir():
-        raise RunError(f"--out {out} is a file: give a directory for the grid")
-    held = [name for name in ("config.yaml", "last.pt", "metrics.jsonl") if (out / name).exists()]
-    if held:
-        raise RunError(
-            f"--out {out} is a run's directory (it holds {', '.join(held)}): give the grid a directory of its own, "
-            f"e.g. --out {out.with_name(out.name + '-grid')}"
-        )
-    for name in (*RESULT_FILES, "jobs"):
-        refuse_link(out / name)
-    present = [name for name in RESULT_FILES if (out / name).exists()]
-    if present and not any(written_by_a_run(p) for p in out.glob("*/*/config.yaml")):
-        raise RunError(
-            f"{out} holds {', '.join(present)} but no grid's runs: use another --out (the files stay as they are)"
-        )
-
-
 def run_configs(
     configs: list[TrainConfig],
     parallel: int = 1,
@@ -152,11 +131,13 @@ def run_configs(
     rerun: bool = False,
     threads: int | None = None,
     cluster: Cluster | None = None,
+    lock: bool = True,
 ) -> None:
     """Train every config whose run directory has no summary.json (resuming those with a checkpoint).
 
-    A run directory made with another recipe is refused before anything trains (`rerun`: emptied
-    and trained again). `root`, the grid's directory, is locked: a second grid on it is refused.
+    A run directory made with another recipe, or finished on data that has changed since, is refused
+    before anything trains (`rerun`: emptied and trained again). `root`, the grid's directory, is locked
+    (`lock`; False: its caller holds the lock): a second grid on it is refused.
     parallel > 1: that many runs at once, each in its own process (two one-thread runs train ~1.25x
     faster than one two-thread run of a small ViT on 2 cores), on the visible GPUs in turn where there
     are several. Every run uses `threads` torch threads (default: the CPU's cores shared equally
@@ -168,68 +149,13 @@ def run_configs(
     ignored: `cluster.parallel` bounds the jobs at once) and `threads` defaults to cluster.cpus_per_run."""
     if cluster is not None:
         cluster.submitit()  # what the jobs need, before anything is made
-    with RunLock(root, "grid") if root is not None else contextlib.nullcontext():
+    with RunLock(root, "grid") if root is not None and lock else contextlib.nullcontext():
+        fingerprints: dict[str, str] = {}
         for config in configs:
-            _refuse_links_to(Path(config.out), root)
-            _check_same_recipe(config, rerun)
+            refuse_links_to(Path(config.out), root)
+            check_same_recipe(config, rerun)
+            check_same_data(config, rerun, fingerprints)
         _run_all(configs, parallel, threads, root, cluster)
-
-
-def _refuse_links_to(run: Path, root: Path | None) -> None:
-    """Refuse a link on the way from the grid's directory to a run of it (its setting's folder, its own):
-    the run would be written outside the grid."""
-    if root is not None:
-        below = len(run.relative_to(root).parts)  # the run's folder and those between it and the grid's
-        for folder in [run, *run.parents][:below]:
-            refuse_link(folder)
-
-
-def _check_same_recipe(config: TrainConfig, rerun: bool) -> None:
-    """Refuse (or, with `rerun`, empty) a run directory whose run computes something else."""
-    path = Path(config.out) / "config.yaml"
-    if not path.exists():
-        return
-    if not written_by_a_run(path):  # a moved grid's runs are taken; only their own files may be deleted
-        raise RunError(f"{path} was not written by a run: use another --out (it stays as it is)")
-    moved = not written_by_a_run(path, Path(config.out))
-    if moved and not any((Path(config.out) / name).exists() for name in ("last.pt", "summary.json")):
-        raise RunError(
-            f"{config.out} holds the start of a run of another directory (moved or copied here) and no checkpoint "
-            "to go on from: delete that folder to train the run here (structinit deletes only its own files)"
-        )
-    saved = identity(dataclasses.asdict(read_config(path)))
-    asked = identity(dataclasses.asdict(config))
-    listed = ", ".join(f"{flag(k)} {saved.get(k)!r} (now {asked[k]!r})" for k in asked if saved.get(k) != asked[k])
-    if not listed:
-        listed = _changed_init_options(config)
-    resumes = MetricsLog(Path(config.out)).training_changes() if not listed else []
-    if resumes:
-        listed = "resumes that changed " + ", ".join(resumes)
-    if not listed:
-        return
-    if rerun:
-        with RunLock(Path(config.out)):  # refused while a process trains it
-            clear_run(Path(config.out))
-        return
-    raise RunError(f"{config.out} was made with {listed}: use another --out, or --rerun to train it again")
-
-
-def _changed_init_options(config: TrainConfig) -> str:
-    """The init options a run recorded that its label no longer resolves to (a default changed since),
-    as 'init X with name=old (now new), ...'; empty when they agree or the run recorded none."""
-    from ..inits.registry import options_then_and_now
-
-    report = Path(config.out) / "init_report.json"
-    spec = config.init_spec
-    if spec.is_default or not report.exists():
-        return ""
-    recorded = read_json_object(report, REPORT_FIX).get("options", {})
-    if not isinstance(recorded, dict):
-        raise RunError(f"{report} is damaged (its options are not a mapping): {REPORT_FIX}")
-    given = {**spec.options, **({"teacher": config.teacher} if spec.method == "select" and config.teacher else {})}
-    then, now = options_then_and_now(spec.method, given, recorded) or ({}, {})
-    differ = [f"{k}={then[k]!r} (now {v!r})" for k, v in now.items() if then[k] != v]
-    return f"init {config.init!r} with {', '.join(differ)}" if differ else ""
 
 
 def _run_all(

@@ -1,14 +1,18 @@
-"""The verdict of `structinit choose` on each init's validation top-1 over seeds: the init to use and its
-margin against the seed-to-seed spread, "too short to tell" where the runs are near chance or all within
-the noise of each other, and "scale, not structure" only where the norm-matched control both ties the
-structured init and beats PyTorch's plain default beyond the noise."""
+"""The verdict of `structinit choose` on each init's validation top-1 over seeds, at one step of training: the
+init to use and its margin against the seed-to-seed spread, only where the runs are evidence (they trained
+MIN_STEPS steps, past their warm-up, away from chance, and the margin is worth several validation images);
+"too short to tell" otherwise, with why; and "scale, not structure" only where the norm-matched control both
+ties the structured init and beats PyTorch's plain default beyond the noise."""
 
 from __future__ import annotations
 
 import dataclasses
 import statistics
 
+from .choose_pace import MIN_STEPS
+
 PLAIN = "kaiming"  # the baseline the control is PyTorch's base of
+IMAGES_IN_A_MARGIN = 3  # a winner's margin is worth at least this many validation images
 
 
 def spread(*scores: list[float]) -> float:
@@ -19,6 +23,21 @@ def spread(*scores: list[float]) -> float:
 def near_chance(top1: float, chance: float) -> bool:
     """Within 5 points, or a tenth of the way from chance to 100 %, of chance (top-1 in %)."""
     return top1 < chance + max(5.0, (100 - chance) / 10)
+
+
+@dataclasses.dataclass(frozen=True)
+class Evidence:
+    """What the scores rest on: the optimiser steps every run had trained when they were read, the steps of
+    their warm-up, and the validation images each score counts (None: not known)."""
+
+    steps: int
+    warmup_steps: int = 0
+    images: int | None = None
+
+    @property
+    def one_image(self) -> float | None:
+        """The points of top-1 one validation image is worth."""
+        return 100 / self.images if self.images else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +52,7 @@ class Verdict:
     spread: float
     structured: str
     control: str | None
+    evidence: Evidence
     chance: float | None = None  # top-1 of a guess (100 / classes), where known
 
     def mean(self, init: str) -> float:
@@ -45,6 +65,11 @@ class Verdict:
     @property
     def too_short(self) -> str | None:
         """Why these runs cannot tell the inits apart (None if they can)."""
+        steps, warmup = self.evidence.steps, self.evidence.warmup_steps
+        if steps < MIN_STEPS:
+            return f"the runs trained {steps} steps, fewer than the {MIN_STEPS} a verdict needs"
+        if steps <= warmup:
+            return f"the runs are still in their warm-up ({steps} of its {warmup} steps)"
         best = self.mean(self.best)
         if self.chance is not None and near_chance(best, self.chance):
             return f"the best init's {best:.2f} is near chance ({self.chance:.2f})"
@@ -52,6 +77,13 @@ class Verdict:
         noise = spread(*self.scores.values())
         if max(means) - min(means) <= noise:
             return f"every init is within the seeds' spread ({noise:.2f}) of every other"
+        one = self.evidence.one_image
+        if not self.tie and one is not None and self.margin < IMAGES_IN_A_MARGIN * one:
+            return (
+                f"{self.best}'s margin, {self.margin:.2f}, is {self.margin / one:.1f} validation images (one is "
+                f"{one:.2f} points of {self.evidence.images}); a winner needs {IMAGES_IN_A_MARGIN}: hold out more "
+                "images (--val-per-class)"
+            )
         return None
 
     @property
@@ -70,34 +102,40 @@ class Verdict:
             values = self.scores[init]
             shown = f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
             lines.append(f"{init:<50} {shown:>16}  {len(values)}")
-        about = f"margin {self.margin:.2f} over {self.runner_up}, seed spread {self.spread:.2f}"
+        steps = f"after {self.evidence.steps} steps"
+        about = f"by {self.margin:.2f} over {self.runner_up} {steps}, seed spread {self.spread:.2f}"
         if self.too_short:
-            lines.append(
-                f"verdict: too short to tell ({self.too_short}): train longer (--minutes or --epochs) or on more "
-                "images before choosing"
-            )
+            lines.append(f"verdict: too short to tell {steps} ({self.too_short})")
         elif self.tie:
-            lines.append(f"verdict: a tie ({about}): {self.best} and {self.runner_up} are as good on this data")
+            lines.append(
+                f"verdict: no winner {steps}: {self.best} led {self.runner_up} by {self.margin:.2f}, within the "
+                f"seeds' spread ({self.spread:.2f})"
+            )
         else:
-            lines.append(f"verdict: use {self.best} ({about})")
+            lines.append(f"verdict: use {self.best}: it led {about}")
         if self.scale_not_structure and not self.too_short:
             lines.append(
                 f"the control {self.control} (the structured init's Q/K scale, no structure) ties or beats "
-                f"{self.structured} and beats {PLAIN} beyond the seeds' spread: what helps on this data is the "
+                f"{self.structured} and beats {PLAIN} beyond the seeds' spread: what helped here is the "
                 "scale of the Q/K weights, not the convolutional prior"
             )
         return "\n".join(lines)
 
 
 def verdict(
-    scores: dict[str, list[float]], structured: str, control: str | None = None, chance: float | None = None
+    scores: dict[str, list[float]],
+    structured: str,
+    evidence: Evidence,
+    control: str | None = None,
+    chance: float | None = None,
 ) -> Verdict:
-    """The verdict on each init's validation top-1 per seed (at least two inits, two seeds each)."""
+    """The verdict on each init's validation top-1 per seed (at least two inits, two seeds each), read after
+    `evidence.steps` steps of every run."""
     if len(scores) < 2 or any(len(values) < 2 for values in scores.values()):
         raise ValueError("a verdict needs at least two inits with at least two seeds each")
     ranked = sorted(scores, key=lambda init: -statistics.mean(scores[init]))
     best, runner_up = ranked[:2]
     margin = statistics.mean(scores[best]) - statistics.mean(scores[runner_up])
     return Verdict(
-        scores, best, runner_up, margin, spread(scores[best], scores[runner_up]), structured, control, chance
+        scores, best, runner_up, margin, spread(scores[best], scores[runner_up]), structured, control, evidence, chance
     )

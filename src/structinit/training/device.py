@@ -115,3 +115,11 @@ def all_reduce_sum(value: torch.Tensor, world: Dist) -> torch.Tensor:
         value = value.clone()
         dist.all_reduce(value)
     return value
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity where the system has one), as torch's DataLoader
+    counts them."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1

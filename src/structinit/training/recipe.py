@@ -22,7 +22,7 @@ from ..inits.labels import InitSpec
 from ..measure import fidelity
 from ..models import PATCH_FOLLOWS_DATA, PRESETS, build_model, patch_for
 from ..report import Report
-from .device import Dist, all_reduce_sum, prefer_math_attention, resolve_amp
+from .device import Dist, all_reduce_sum, prefer_math_attention, resolve_amp, usable_cores
 from .optimizer import create_optimizer, create_schedule, optimizer_kernel
 from .settings import TrainConfig
 
@@ -157,7 +157,7 @@ def feed_of(config: TrainConfig, world: Dist, show: bool = False) -> Feed:
         flip=config.flip,
         randaugment=config.randaugment,
         reprob=config.reprob,
-        workers=config.workers,
+        workers=min(config.workers, usable_cores()),  # torch warns of more than the cores, and they wait
         seed=config.seed,
         show=show,
         eval_per_class=config.eval_per_class,

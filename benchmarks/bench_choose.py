@@ -1,0 +1,140 @@
+"""`structinit choose` against its budget, on folders of real photographs, idle and beside a busy process.
+
+    python benchmarks/bench_choose.py                 # 4 rows of 5 minutes (~22 min on 2 cores)
+    python benchmarks/bench_choose.py --minutes 3 --rows textures-fit-idle
+    python benchmarks/bench_choose.py --smoke         # one tiny row, to check the script (~1 min)
+
+The folders are crops of the photographs scikit-image ships (pip install scikit-image): `textures` (brick,
+grass, gravel: 3 classes, 40 to train and 10 to test a class) and `scenes` (a cat, a cup, a rocket, a
+motorcycle, a galaxy field: 5 classes, 30 and 8), each image a random square crop of a quarter to a half of
+its photograph's side, resized to 96-128 px, half of them mirrored. Each row runs the command as a user
+would (`structinit choose DIR --minutes M`, a new --out) and records the minutes asked and taken (wall clock
+of the whole command, start to verdict), the epochs and steps planned and reached, and the verdict; `busy`
+rows run beside one process that keeps a core busy. Rows are appended to --ledger as they finish.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parent.parent
+SETS = {
+    "textures": (("brick.png", "grass.png", "gravel.png"), 40, 10),
+    "scenes": (("chelsea.png", "coffee.png", "rocket.jpg", "motorcycle_left.png", "hubble_deep_field.jpg"), 30, 8),
+}
+# the model flags of a row: choose's default (no --model), and a timm ViT named as a timm user would
+MODELS = {"fit": [], "timm": ["--model", "vit_tiny_patch16_224", "--model-kwargs", "img_size=96,patch_size=12"]}
+ROWS = ["textures-fit-idle", "textures-fit-busy", "scenes-timm-idle", "scenes-timm-busy"]
+
+
+def photo_folder(name: str, root: Path, seed: int = 0) -> Path:
+    """The folder `name` of SETS under `root`, made once."""
+    import skimage.data
+
+    sources, train, test = SETS[name]
+    folder = root / name
+    if folder.is_dir():
+        return folder
+    rng = np.random.default_rng(seed)
+    where = Path(os.path.dirname(skimage.data.__file__))
+    for source in sources:
+        photo = Image.open(where / source).convert("RGB")
+        width, height = photo.size
+        for split, count in (("train", train), ("test", test)):
+            (folder / split / Path(source).stem).mkdir(parents=True, exist_ok=True)
+            for i in range(count):
+                side = int(rng.integers(min(width, height) // 4, min(width, height) // 2 + 1))
+                x, y = int(rng.integers(0, width - side + 1)), int(rng.integers(0, height - side + 1))
+                size = int(rng.integers(96, 129))
+                crop = photo.crop((x, y, x + side, y + side)).resize((size, size), Image.BICUBIC)
+                if rng.random() < 0.5:
+                    crop = crop.transpose(Image.FLIP_LEFT_RIGHT)
+                crop.save(folder / split / Path(source).stem / f"{i:03d}.jpg", quality=90)
+    return folder
+
+
+def run_row(row: str, minutes: float, data: Path, out: Path, extra: list[str]) -> dict:
+    name, model, load = row.split("-")
+    folder = photo_folder(name, data)
+    command = [sys.executable, "-m", "structinit", "choose", str(folder), *MODELS[model], *extra]
+    command += ["--minutes", f"{minutes:g}", "--out", str(out / row), "--quiet"]
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if load == "busy" else None
+    try:
+        started = time.monotonic()
+        done = subprocess.run(
+            command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")}
+        )
+        taken = (time.monotonic() - started) / 60
+    finally:
+        if busy is not None:
+            busy.kill()
+    text = done.stdout + done.stderr
+    plan = json.loads((out / row / "choose.json").read_text()) if (out / row / "choose.json").exists() else {}
+    reached = re.search(r"epoch (\d+) of (\d+) \((\d+) steps", text)
+    verdict = re.search(r"^(verdict: .*|structinit choose: error: .*)$", text, re.M)
+    return {
+        "row": row,
+        "minutes": minutes,
+        "taken": round(taken, 2),
+        "ratio": round(taken / minutes, 2),
+        "rc": done.returncode,
+        "model": plan.get("model", ""),
+        "epochs_planned": plan.get("epochs"),
+        "epoch_reached": int(reached.group(1)) if reached else None,
+        "steps": int(reached.group(3)) if reached else None,
+        "verdict": verdict.group(1) if verdict else text[-300:],
+        "cpu": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+    }
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--minutes", type=float, default=5.0)
+    parser.add_argument(
+        "--rows",
+        nargs="+",
+        default=ROWS,
+        choices=[f"{n}-{m}-{load}" for n in SETS for m in MODELS for load in ("idle", "busy")],
+    )
+    parser.add_argument("--data", type=Path, default=ROOT / "runs" / "bench_choose" / "photos")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="where the comparisons go (default: a new temporary folder)"
+    )
+    parser.add_argument("--ledger", type=Path, default=ROOT / "runs" / "bench_choose" / "rows.jsonl")
+    parser.add_argument("--smoke", action="store_true", help="one row of a tiny model on textures, to check the script")
+    args = parser.parse_args(argv)
+    extra: list[str] = []
+    if args.smoke:
+        args.rows, args.minutes = ["textures-fit-idle"], 1.2
+        extra = ["--model-kwargs", "depth=1,embed_dim=32,num_heads=2", "--seeds", "0,1"]
+    out = args.out or Path(tempfile.mkdtemp(prefix="bench_choose-"))
+    args.ledger.parent.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for row in args.rows:
+        result = run_row(row, args.minutes, args.data, out, extra)
+        rows.append(result)
+        with open(args.ledger, "a") as ledger:
+            ledger.write(json.dumps(result) + "\n")
+        print(
+            f"{row}: {result['taken']:.2f} of {args.minutes:g} min ({result['ratio']:.2f}x), epoch "
+            f"{result['epoch_reached']} of {result['epochs_planned']}, {result['steps']} steps; {result['verdict']}",
+            flush=True,
+        )
+    return rows
+
+
+if __name__ == "__main__":
+    main()

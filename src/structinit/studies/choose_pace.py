@@ -1,0 +1,117 @@
+"""How long a `choose` comparison takes, and so how long it can train: the pace of a run on this machine
+(measured on the trainer's own model, batches, evaluation and checkpoint before anything trains, then read off
+the runs as they go), the epochs a budget allows every run, and the fewest a verdict can rest on."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..data.batches import batches_for
+from ..files import atomic_save
+from ..training.device import Dist, resolve_device
+from ..training.recipe import Recipe, evaluate, feed_of
+from ..training.settings import TrainConfig
+from ..training.startup import eval_images, tokens_of
+
+MIN_STEPS = 100  # the fewest optimiser steps a verdict rests on (docs/training.md: why)
+RESERVE_SECONDS = 5.0  # the budget kept for the tables and figures after the last run
+SIZED_SHARE = 0.85  # a new comparison is sized to this share of the time left: room for a slower machine
+OVERRUN = 0.1  # the runs may go on past the budget by this share of it before they are shortened
+
+
+@dataclasses.dataclass(frozen=True)
+class Pace:
+    """Seconds a run takes besides its epochs (loading the data, building and initialising the model, its
+    first step), and seconds an epoch (its steps, its evaluation, its checkpoint), of a run among those that
+    train at once."""
+
+    setup: float
+    epoch: float
+    checkpoint: float = 0.0  # the part of `epoch` that writes its checkpoint
+
+    def seconds_for(self, epochs: int) -> float:
+        return self.setup + epochs * self.epoch
+
+    def waves(self, done: list[list[int]], epochs: int) -> float:
+        """Seconds to bring every run to `epochs`: runs go in waves (`done`: each wave's runs' epochs done),
+        a wave as long as its furthest-behind run."""
+        behind = [epochs - min(wave) for wave in done if min(wave) < epochs]
+        return sum(self.seconds_for(epochs_left) for epochs_left in behind)
+
+
+def least_epochs(steps: int, warmup_epochs: float) -> int:
+    """The fewest epochs a verdict can rest on: MIN_STEPS steps, and past the warm-up."""
+    return max(math.ceil(MIN_STEPS / steps), math.floor(warmup_epochs) + 1)
+
+
+def warmup_for(base: TrainConfig, epochs: int) -> float:
+    """The warm-up of a comparison of `epochs` epochs: the recipe's, at most a quarter of the run."""
+    return min(base.warmup_epochs, epochs / 4)
+
+
+def reachable(pace: Pace, done: list[list[int]], planned: int, seconds: float) -> int:
+    """The most epochs (at most `planned`) every run can reach in `seconds` from where it is (`done`: each
+    wave's epochs done); 0 where not even the furthest-behind run's next epoch fits."""
+    for epochs in range(planned, 0, -1):
+        if pace.waves(done, epochs) <= seconds:
+            return epochs
+    return 0
+
+
+def sized_epochs(pace: Pace, waves: int, seconds: float, steps: int, base: TrainConfig, spent: float = 0.0) -> int:
+    """The epochs every run of a new comparison can train in `seconds`; ValueError saying the minutes that
+    would do (`spent`: the seconds the command took before sizing) where even the fewest a verdict rests on
+    (least_epochs) do not fit."""
+    epochs = max(0, math.floor((seconds * SIZED_SHARE / waves - pace.setup) / pace.epoch))
+    least = least_epochs(steps, warmup_for(base, max(epochs, 1)))
+    if epochs < least:
+        least = least_epochs(steps, warmup_for(base, least))
+        run = pace.seconds_for(least)
+        needed = math.ceil((spent + waves * run / SIZED_SHARE + RESERVE_SECONDS) / 60 * 10) / 10
+        raise ValueError(
+            f"too short to compare here: a verdict needs every run to train at least {least} epochs "
+            f"({least * steps} steps: {MIN_STEPS} at least, past the warm-up), about {run:.0f} s a run on this "
+            f"machine ({pace.setup:.1f} s to start, {pace.epoch:.2f} s an epoch): give --minutes {needed:g} or more, "
+            "or fewer seeds, fewer images or a smaller --model"
+        )
+    return epochs
+
+
+def measure(config: TrainConfig, data: Any, loading: float, building: float, timed_steps: int = 3):
+    """The pace of one run of `config` on this machine, and the model in words: `loading`, the seconds the
+    data took to load; `building`, those the slowest init took to build (the structured init's solve); the
+    rest timed here on the trainer's own model, batches, evaluation and checkpoint."""
+    device = resolve_device(config.device, 0)
+    started = time.perf_counter()
+    recipe = Recipe(dataclasses.replace(config, init="kaiming"), data, device, Dist())
+    built = time.perf_counter() - started
+    batches = batches_for(data, recipe.model, feed_of(config, Dist()), device, recipe.mixup)
+    recipe.schedule(max(1, batches.steps), 0)
+    generator = torch.Generator().manual_seed(config.seed)
+    train = itertools.chain.from_iterable(batches.train(epoch, generator) for epoch in itertools.count())
+    recipe.step(*next(train), 0).item()  # the first step allocates (and starts the loader's workers)
+    first = time.perf_counter() - started
+    started = time.perf_counter()
+    for step in range(timed_steps):
+        recipe.step(*next(train), step + 1).item()
+    step = (time.perf_counter() - started) / timed_steps
+    started = time.perf_counter()
+    counted = evaluate(recipe.eval_forward, itertools.islice(batches.evaluate(), 2), device, Dist(), recipe.amp_dtype)
+    per_image = (time.perf_counter() - started) / counted["test_images"]
+    with tempfile.TemporaryDirectory() as folder:
+        started = time.perf_counter()
+        for _ in range(2):  # the second keeps the first as prev.pt, as every epoch after the first does
+            atomic_save(recipe.state(), Path(folder) / "last.pt", keep_previous=True)
+        checkpoint = (time.perf_counter() - started) / 2
+    epoch = batches.steps * step + eval_images(data, config.eval_split) * per_image + checkpoint
+    pace = Pace(loading + first + max(0.0, building - built), epoch, checkpoint)
+    params = sum(p.numel() for p in recipe.model.parameters()) / 1e6
+    return pace, f"{config.model}, {params:.2f} M parameters{tokens_of(recipe.model)}"

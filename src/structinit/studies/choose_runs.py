@@ -1,0 +1,114 @@
+"""A `choose` comparison's runs, trained within its deadline: in waves (seed by seed), each wave brought to the
+epoch every remaining run can still reach in the time left at the pace measured so far (never past the plan),
+so that a slower machine shortens every run alike instead of overrunning; the scores are read at the epoch all
+runs reached, which the same command later carries on to the plan's."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ..training.record import MetricsLog
+from ..training.settings import TrainConfig
+from .choose_pace import Pace, reachable
+from .choose_plan import Plan
+from .grid import run_configs, run_dir
+
+
+def run_configs_of(plan: Plan, config: TrainConfig, out: Path) -> list[TrainConfig]:
+    """The comparison's runs, seed by seed (a comparison cut short has every init at the same seeds)."""
+    return [
+        dataclasses.replace(config, init=init, seed=seed, out=str(run_dir(out, config.per_class, init, seed)))
+        for seed in plan.seeds
+        for init in plan.inits
+    ]
+
+
+def epochs_done(config: TrainConfig) -> list[dict[str, Any]]:
+    return MetricsLog(Path(config.out)).epochs() if Path(config.out).is_dir() else []
+
+
+def observed(pace: Pace, wave: list[TrainConfig], before: list[int], seconds: float) -> Pace:
+    """The pace a wave just showed: its slowest run's epochs (steps and evaluation, as logged, and the
+    checkpoint as measured) and the rest of its `seconds` as the setup; `pace` where it trained no epoch."""
+    lines = [epochs_done(c)[done:] for c, done in zip(wave, before)]
+    trained = [run for run in lines if run]
+    if not trained:
+        return pace
+    slowest = max(
+        sum(line["epoch_seconds"] + line.get("eval_seconds", 0.0) for line in run) / len(run) for run in trained
+    )
+    epoch = slowest + pace.checkpoint
+    most = max(len(run) for run in lines)
+    return Pace(max(0.0, seconds - most * epoch), epoch, pace.checkpoint)
+
+
+class _Bar:
+    """One bar over the comparison's epochs, kept up to date from the runs' logs while they train."""
+
+    def __init__(self, configs: list[TrainConfig], total: int, show: bool) -> None:
+        from tqdm.auto import tqdm
+
+        self.configs, self.stop = configs, threading.Event()
+        self.bar = tqdm(total=total, desc="choose", unit="epoch", disable=not show or None, leave=False)
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+        self.thread.start()
+
+    def _poll(self) -> None:
+        while not self.stop.wait(1.0):
+            self.update()
+
+    def update(self) -> None:
+        self.bar.update(sum(len(epochs_done(c)) for c in self.configs) - self.bar.n)
+
+    def write(self, line: str) -> None:
+        self.bar.write(line) if not self.bar.disable else print(line, flush=True)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.bar.close()
+
+
+def train_runs(
+    plan: Plan, configs: list[TrainConfig], root: Path, parallel: int, deadline: float | None, pace: Pace, show: bool
+) -> int:
+    """Train the comparison's runs (in `root`) `parallel` at a time within `deadline` (time.monotonic();
+    None: to the plan's epochs), saying each run's result (`show`: with a bar); returns the epoch every run
+    has reached."""
+    waves = [configs[i : i + parallel] for i in range(0, len(configs), parallel)]
+    bar = _Bar(configs, plan.epochs * len(configs), show)
+    try:
+        for index, wave in enumerate(waves):
+            done = [[len(epochs_done(c)) for c in w] for w in waves[index:]]
+            target = (
+                plan.epochs if deadline is None else reachable(pace, done, plan.epochs, deadline - time.monotonic())
+            )
+            todo = [c for c, d in zip(wave, done[0]) if d < target]
+            if not todo:
+                continue
+            stop = target if target < plan.epochs else None
+            started = time.monotonic()
+            run_configs([dataclasses.replace(c, stop_after=stop) for c in todo], len(todo), root, lock=False)
+            pace = observed(pace, todo, [d for c, d in zip(wave, done[0]) if d < target], time.monotonic() - started)
+            for config in todo:
+                line = epochs_done(config)[-1]
+                bar.write(
+                    f"[{configs.index(config) + 1}/{len(configs)}] {config.init} seed {config.seed}: val top-1 "
+                    f"{line['val_top1']:.2f} after {line['step']} steps (epoch {line['epoch']} of {plan.epochs})"
+                )
+    finally:
+        bar.close()
+    return min(len(epochs_done(c)) for c in configs)
+
+
+def scores_at(configs: list[TrainConfig], epoch: int) -> dict[str, list[float]]:
+    """Each init's validation top-1 after `epoch`, a value a seed."""
+    scores: dict[str, list[float]] = {}
+    for config in configs:
+        line = next(line for line in epochs_done(config) if line["epoch"] == epoch)
+        scores.setdefault(config.init, []).append(line["val_top1"])
+    return scores

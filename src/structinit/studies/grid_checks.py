@@ -1,0 +1,126 @@
+"""What a grid refuses before it trains: a directory that is not a grid's, a link on the way to a run, and a
+run directory made with another recipe or finished on data that has changed since (`rerun`: emptied and
+trained again instead)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from ..files import read_json_object, refuse_link
+from ..training.config_file import read_config
+from ..training.identity import identity
+from ..training.lock import RunLock
+from ..training.ownership import clear_run, written_by_a_run
+from ..training.record import MetricsLog, RunError
+from ..training.setting import flag
+from ..training.settings import TrainConfig
+from .results import REPORT_FIX
+
+RESULT_FILES = ("results.csv", "results.md", "curves.png", "summary.png")
+
+
+def check_grid_directory(out: Path) -> None:
+    """Refuse a run's directory (the grid would write its runs and tables into it), files of the
+    results' names in a directory that holds no grid, and a link where the grid writes them (or its
+    jobs/): it would write outside the grid."""
+    if out.exists() and not out.is_dir():
+        raise RunError(f"--out {out} is a file: give a directory for the grid")
+    held = [name for name in ("config.yaml", "last.pt", "metrics.jsonl") if (out / name).exists()]
+    if held:
+        raise RunError(
+            f"--out {out} is a run's directory (it holds {', '.join(held)}): give the grid a directory of its own, "
+            f"e.g. --out {out.with_name(out.name + '-grid')}"
+        )
+    for name in (*RESULT_FILES, "jobs"):
+        refuse_link(out / name)
+    present = [name for name in RESULT_FILES if (out / name).exists()]
+    if present and not any(written_by_a_run(p) for p in out.glob("*/*/config.yaml")):
+        raise RunError(
+            f"{out} holds {', '.join(present)} but no grid's runs: use another --out (the files stay as they are)"
+        )
+
+
+def refuse_links_to(run: Path, root: Path | None) -> None:
+    """Refuse a link on the way from the grid's directory to a run of it (its setting's folder, its own):
+    the run would be written outside the grid."""
+    if root is not None:
+        below = len(run.relative_to(root).parts)  # the run's folder and those between it and the grid's
+        for folder in [run, *run.parents][:below]:
+            refuse_link(folder)
+
+
+def check_same_recipe(config: TrainConfig, rerun: bool) -> None:
+    """Refuse (or, with `rerun`, empty) a run directory whose run computes something else."""
+    path = Path(config.out) / "config.yaml"
+    if not path.exists():
+        return
+    if not written_by_a_run(path):  # a moved grid's runs are taken; only their own files may be deleted
+        raise RunError(f"{path} was not written by a run: use another --out (it stays as it is)")
+    moved = not written_by_a_run(path, Path(config.out))
+    if moved and not any((Path(config.out) / name).exists() for name in ("last.pt", "summary.json")):
+        raise RunError(
+            f"{config.out} holds the start of a run of another directory (moved or copied here) and no checkpoint "
+            "to go on from: delete that folder to train the run here (structinit deletes only its own files)"
+        )
+    saved = identity(dataclasses.asdict(read_config(path)))
+    asked = identity(dataclasses.asdict(config))
+    listed = ", ".join(f"{flag(k)} {saved.get(k)!r} (now {asked[k]!r})" for k in asked if saved.get(k) != asked[k])
+    if not listed:
+        listed = _changed_init_options(config)
+    resumes = MetricsLog(Path(config.out)).training_changes() if not listed else []
+    if resumes:
+        listed = "resumes that changed " + ", ".join(resumes)
+    if not listed:
+        return
+    if rerun:
+        with RunLock(Path(config.out)):  # refused while a process trains it
+            clear_run(Path(config.out))
+        return
+    raise RunError(f"{config.out} was made with {listed}: use another --out, or --rerun to train it again")
+
+
+def check_same_data(config: TrainConfig, rerun: bool, fingerprints: dict[str, str]) -> None:
+    """Refuse (or, with `rerun`, empty) a finished run whose checkpoint records other data than its config
+    loads now (images added, removed or replaced since): its result would be reused as if it were of this
+    data. `fingerprints`: the data's fingerprint by its settings, loaded once for all the runs that share them."""
+    out = Path(config.out)
+    if not (out / "summary.json").exists() or not (out / "last.pt").exists():
+        return  # an unfinished run: its resume checks its data (Run.restore)
+    from ..data.datasets import fingerprint
+    from ..training.checkpoint import load_checkpoint
+    from ..training.data_settings import DataSettings
+    from ..training.recipe import data_of
+
+    key = repr([getattr(config, f.name) for f in dataclasses.fields(DataSettings)])
+    if key not in fingerprints:
+        fingerprints[key] = fingerprint(data_of(config))
+    trained = load_checkpoint(out / "last.pt", mmap=True).get("data")
+    if trained in (None, fingerprints[key]):
+        return
+    if rerun:
+        with RunLock(out):
+            clear_run(out)
+        return
+    raise RunError(
+        f"{out} trained on other data: the images of {config.data} changed since it finished (added, removed "
+        "or replaced): use another --out, or --rerun to train it again"
+    )
+
+
+def _changed_init_options(config: TrainConfig) -> str:
+    """The init options a run recorded that its label no longer resolves to (a default changed since),
+    as 'init X with name=old (now new), ...'; empty when they agree or the run recorded none."""
+    from ..inits.registry import options_then_and_now
+
+    report = Path(config.out) / "init_report.json"
+    spec = config.init_spec
+    if spec.is_default or not report.exists():
+        return ""
+    recorded = read_json_object(report, REPORT_FIX).get("options", {})
+    if not isinstance(recorded, dict):
+        raise RunError(f"{report} is damaged (its options are not a mapping): {REPORT_FIX}")
+    given = {**spec.options, **({"teacher": config.teacher} if spec.method == "select" and config.teacher else {})}
+    then, now = options_then_and_now(spec.method, given, recorded) or ({}, {})
+    differ = [f"{k}={then[k]!r} (now {v!r})" for k, v in now.items() if then[k] != v]
+    return f"init {config.init!r} with {', '.join(differ)}" if differ else ""
