@@ -87,6 +87,8 @@ def train_runs(
             target = (
                 plan.epochs if deadline is None else reachable(pace, done, plan.epochs, deadline - time.monotonic())
             )
+            if target == 0:
+                break  # not even one more epoch of every run fits: the runs after this one would answer nothing
             todo = [c for c, d in zip(wave, done[0]) if d < target]
             if not todo:
                 continue
