@@ -136,7 +136,7 @@ def _digits(tmp_path, **more):
 
 def _plan(epochs, steps=12):
     inits = [STRUCTURED, "kaiming"]
-    return Plan(inits, [0, 1], epochs, None, STRUCTURED, "kaiming", 10, 4, 8, {}, "0" * 16, steps, [0, 1, 0], "m")
+    return Plan(inits, [0, 1], epochs, None, STRUCTURED, "kaiming", 10, 4, 8, {}, "0" * 16, steps, [0, 1, 0], "m", 1)
 
 
 def test_a_slower_pace_than_planned_shortens_every_run_alike_and_the_same_call_goes_on_later(tmp_path):
@@ -196,7 +196,7 @@ def test_a_larger_budget_into_a_finished_comparison_is_refused_naming_rerun_whic
 
 
 def test_minutes_other_than_the_plans_are_refused_naming_both(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(choose_module.choose_pace, "measure", lambda *a: (Pace(0.0, 0.01), "tiny"))
+    monkeypatch.setattr(choose_module.choose_pace, "measure", lambda *a: (Pace(0.0, 0.01), "tiny", 1))
     assert _choose_digits(tmp_path, "--minutes", "0.3") == 0
     capsys.readouterr()
     assert _choose_digits(tmp_path, "--minutes", "60") == 2

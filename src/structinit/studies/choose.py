@@ -21,7 +21,7 @@ from ..files import folders_kept_only_if_used
 from ..inits.labels import AUTO, label_method, read_label
 from ..inits.labels import BASELINES as BASELINE_METHODS
 from ..scale import head_qk_norms
-from ..training.device import Dist
+from ..training.device import Dist, usable_cores
 from ..training.lock import RunLock
 from ..training.ownership import clear_run, written_by_a_run
 from ..training.recipe import Recipe, data_of
@@ -172,9 +172,9 @@ def _choose(base, seeds, out, structured, sizing, fit_batch, say, rerun, show) -
     data = data_of(base)
     loading = time.perf_counter() - loading
     base = batch_for(base, len(data.train_labels), fit_batch, say)
-    plan = _plan(out, base, data, structured, seeds, (minutes, epochs, deadline, parallel, loading), rerun, say)
+    plan = _plan(out, base, data, structured, seeds, (minutes, epochs, started, parallel, loading), rerun, say)
     config = dataclasses.replace(base, epochs=plan.epochs, warmup_epochs=warmup_for(base, plan.epochs))
-    say(f"model: {plan.model}")
+    say(f"model: {plan.model}; {plan.threads} torch thread(s) a run, the fastest here now")
     say(
         f"comparing {', '.join(plan.inits)} x seeds {','.join(map(str, plan.seeds))}: {plan.epochs} epochs a run, "
         f"{plan.epochs * plan.steps} steps at batch {config.batch_size}"
@@ -198,7 +198,7 @@ def _choose(base, seeds, out, structured, sizing, fit_batch, say, rerun, show) -
 def _plan(out: Path, base: TrainConfig, data: Any, structured: str, seeds: list[int], sizing, rerun: bool, say):
     """The comparison's plan: the one in `out` if it is the comparison asked, else (where `out` holds none, or
     `rerun` discards it) a new one, sized to the budget from the pace measured here."""
-    minutes, epochs, deadline, parallel, loading = sizing
+    minutes, epochs, started, parallel, loading = sizing
     try:
         plan = read_plan(out)
     except RunError:
@@ -218,20 +218,22 @@ def _plan(out: Path, base: TrainConfig, data: Any, structured: str, seeds: list[
         discard(out)
     control, building = control_of(base, data, structured)
     inits = [structured, *BASELINES, control]
-    pace, model = choose_pace.measure(base, data, loading, building)
+    pace, model, threads = choose_pace.measure(base, data, loading, building)
+    threads = threads if parallel == 1 else max(1, usable_cores() // parallel)
     pace = Pace(pace.setup, pace.epoch * parallel, pace.checkpoint * parallel)  # K at once share the cores
     steps = len(data.train_labels) // base.batch_size
     waves = math.ceil(len(inits) * len(seeds) / parallel)
     if epochs is None:
-        ends = deadline - minutes * 60 * OVERRUN  # the budget's end, less the reserve
-        spent = time.monotonic() - (ends + RESERVE_SECONDS - minutes * 60)
-        epochs = sized_epochs(pace, waves, ends - time.monotonic(), steps, base, spent)
+        now = time.monotonic()
+        left = started + minutes * 60 - RESERVE_SECONDS - now  # to the budget's end, less the reserve
+        epochs = sized_epochs(pace, waves, left, steps, base, spent=now - started)
     plan = Plan(
         inits=inits,
         epochs=epochs,
         control=control,
         steps=steps,
         model=model,
+        threads=threads,
         pace=list(dataclasses.astuple(pace)),
         **asked,
     )

@@ -16,7 +16,7 @@ import torch
 
 from ..data.batches import batches_for
 from ..files import atomic_save
-from ..training.device import Dist, resolve_device
+from ..training.device import Dist, resolve_device, usable_cores
 from ..training.recipe import Recipe, evaluate, feed_of
 from ..training.settings import TrainConfig
 from ..training.startup import eval_images, tokens_of
@@ -60,10 +60,11 @@ def warmup_for(base: TrainConfig, epochs: int) -> float:
 def reachable(pace: Pace, done: list[list[int]], planned: int, seconds: float) -> int:
     """The most epochs (at most `planned`) every run can reach in `seconds` from where it is (`done`: each
     wave's epochs done); 0 where not even the furthest-behind run's next epoch fits."""
-    for epochs in range(planned, 0, -1):
-        if pace.waves(done, epochs) <= seconds:
-            return epochs
-    return 0
+    low, high = 0, planned  # the time to reach an epoch grows with it: the last that fits, by bisection
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if pace.waves(done, middle) <= seconds else (low, middle - 1)
+    return low
 
 
 def sized_epochs(pace: Pace, waves: int, seconds: float, steps: int, base: TrainConfig, spent: float = 0.0) -> int:
@@ -85,10 +86,11 @@ def sized_epochs(pace: Pace, waves: int, seconds: float, steps: int, base: Train
     return epochs
 
 
-def measure(config: TrainConfig, data: Any, loading: float, building: float, timed_steps: int = 3):
-    """The pace of one run of `config` on this machine, and the model in words: `loading`, the seconds the
-    data took to load; `building`, those the slowest init took to build (the structured init's solve); the
-    rest timed here on the trainer's own model, batches, evaluation and checkpoint."""
+def measure(config: TrainConfig, data: Any, loading: float, building: float, timed_steps: int = 4):
+    """The pace of one run of `config` on this machine, the model in words and the torch threads its runs are
+    fastest at (fastest_threads): `loading`, the seconds the data took to load; `building`, those a build of
+    the structured init takes; the rest timed here on the trainer's own model, batches, evaluation and
+    checkpoint."""
     device = resolve_device(config.device, 0)
     started = time.perf_counter()
     recipe = Recipe(dataclasses.replace(config, init="kaiming"), data, device, Dist())
@@ -99,10 +101,8 @@ def measure(config: TrainConfig, data: Any, loading: float, building: float, tim
     train = itertools.chain.from_iterable(batches.train(epoch, generator) for epoch in itertools.count())
     recipe.step(*next(train), 0).item()  # the first step allocates (and starts the loader's workers)
     first = time.perf_counter() - started
-    started = time.perf_counter()
-    for step in range(timed_steps):
-        recipe.step(*next(train), step + 1).item()
-    step = (time.perf_counter() - started) / timed_steps
+    steps = itertools.count(1)
+    threads, step = fastest_threads(lambda: recipe.step(*next(train), next(steps)).item(), device, timed_steps)
     started = time.perf_counter()
     counted = evaluate(recipe.eval_forward, itertools.islice(batches.evaluate(), 2), device, Dist(), recipe.amp_dtype)
     per_image = (time.perf_counter() - started) / counted["test_images"]
@@ -114,4 +114,24 @@ def measure(config: TrainConfig, data: Any, loading: float, building: float, tim
     epoch = batches.steps * step + eval_images(data, config.eval_split) * per_image + checkpoint
     pace = Pace(loading + first + max(0.0, building - built), epoch, checkpoint)
     params = sum(p.numel() for p in recipe.model.parameters()) / 1e6
-    return pace, f"{config.model}, {params:.2f} M parameters{tokens_of(recipe.model)}"
+    return pace, f"{config.model}, {params:.2f} M parameters{tokens_of(recipe.model)}", threads
+
+
+def fastest_threads(step, device: torch.device, timed: int) -> tuple[int, float]:
+    """The torch threads a run's `step` is fastest at on this CPU now (every core it may use, or one: beside
+    a busy process, threads that wait on each other's cores spin), and its seconds a step there; on an
+    accelerator, the threads as they are."""
+    candidates = [torch.get_num_threads()] if device.type != "cpu" else sorted({usable_cores(), 1}, reverse=True)
+    before, timings = torch.get_num_threads(), {}
+    try:
+        for threads in candidates:
+            torch.set_num_threads(threads)
+            step()  # the first step at a thread count starts its threads
+            started = time.perf_counter()
+            for _ in range(timed):
+                step()
+            timings[threads] = (time.perf_counter() - started) / timed
+    finally:
+        torch.set_num_threads(before)
+    threads = min(timings, key=timings.get)
+    return threads, timings[threads]

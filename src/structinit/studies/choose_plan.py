@@ -42,6 +42,7 @@ class Plan:
     steps: int  # steps an epoch
     pace: list[float]  # what it was sized from: seconds a run takes besides its epochs, an epoch, a checkpoint
     model: str  # what the comparison trains, in words: name, input, tokens, parameters
+    threads: int  # torch threads a run (choose_pace.fastest_threads)
     version: int = PLAN_VERSION
 
     def asked(self) -> dict[str, Any]:
@@ -100,6 +101,7 @@ FIELDS = {
     "steps": (_positive, "an integer >= 1"),
     "pace": (lambda v: _numbers(v, (int, float), 3), "three seconds >= 0"),
     "model": (lambda v: isinstance(v, str), "text"),
+    "threads": (_positive, "an integer >= 1"),
     "version": (lambda v: v == PLAN_VERSION, f"{PLAN_VERSION}"),
 }
 

@@ -94,7 +94,8 @@ def train_runs(
                 continue
             stop = target if target < plan.epochs else None
             started = time.monotonic()
-            run_configs([dataclasses.replace(c, stop_after=stop) for c in todo], len(todo), root, lock=False)
+            stopping = [dataclasses.replace(c, stop_after=stop) for c in todo]
+            run_configs(stopping, len(todo), root, threads=plan.threads, lock=False)
             pace = observed(pace, todo, [d for c, d in zip(wave, done[0]) if d < target], time.monotonic() - started)
             for config in todo:
                 line = epochs_done(config)[-1]
