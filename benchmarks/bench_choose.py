@@ -10,7 +10,8 @@ motorcycle, a galaxy field: 5 classes, 30 and 8), each image a random square cro
 its photograph's side, resized to 96-128 px, half of them mirrored. Each row runs the command as a user
 would (`structinit choose DIR --minutes M`, a new --out) and records the minutes asked and taken (wall clock
 of the whole command, start to verdict), the epochs and steps planned and reached, and the verdict; `busy`
-rows run beside one process that keeps a core busy. Rows are appended to --ledger as they finish.
+rows run beside one process that keeps a core busy, `late` rows beside one that starts a minute in, after
+the comparison was sized (it must re-size as it goes). Rows are appended to --ledger as they finish.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ SETS = {
 # the model flags of a row: choose's default (no --model), and a timm ViT named as a timm user would
 MODELS = {"fit": [], "timm": ["--model", "vit_tiny_patch16_224", "--model-kwargs", "img_size=96,patch_size=12"]}
 ROWS = ["textures-fit-idle", "textures-fit-busy", "scenes-timm-idle", "scenes-timm-busy"]
+LOADS = ("idle", "busy", "late")
+LATE_SECONDS = 60
 
 
 def photo_folder(name: str, root: Path, seed: int = 0) -> Path:
@@ -70,7 +73,9 @@ def run_row(row: str, minutes: float, data: Path, out: Path, extra: list[str]) -
     folder = photo_folder(name, data)
     command = [sys.executable, "-m", "structinit", "choose", str(folder), *MODELS[model], *extra]
     command += ["--minutes", f"{minutes:g}", "--out", str(out / row), "--quiet"]
-    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if load == "busy" else None
+    # busy: beside a process that keeps a core busy from the start; late: from LATE_SECONDS in (after sizing)
+    burn = [sys.executable, "-c", f"import time; time.sleep({LATE_SECONDS if load == 'late' else 0})\nwhile True: pass"]
+    busy = subprocess.Popen(burn) if load in ("busy", "late") else None
     try:
         started = time.monotonic()
         done = subprocess.run(
@@ -107,7 +112,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         "--rows",
         nargs="+",
         default=ROWS,
-        choices=[f"{n}-{m}-{load}" for n in SETS for m in MODELS for load in ("idle", "busy")],
+        choices=[f"{n}-{m}-{load}" for n in SETS for m in MODELS for load in LOADS],
     )
     parser.add_argument("--data", type=Path, default=ROOT / "runs" / "bench_choose" / "photos")
     parser.add_argument(

@@ -8,11 +8,13 @@ import warnings
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from conftest import make_imagefolder
 from structinit.cli import main
 from structinit.studies import choose as choose_module
+from structinit.studies import choose_pace
 from structinit.studies.choose import BASELINES, STRUCTURED, batch_for, choose, default_model, validation_size
 from structinit.studies.choose_pace import MIN_STEPS, Pace, least_epochs, reachable, sized_epochs
 from structinit.studies.choose_plan import PLAN_FILE, Plan
@@ -123,6 +125,22 @@ def test_the_epochs_reachable_are_those_every_remaining_run_can_reach_in_the_tim
     assert reachable(pace, [[0], [0]], 10, 10.0) == 4  # two waves of 1 + 4 s
     assert reachable(pace, [[4], [0]], 10, 10.0) == 6  # the first is at 4 already: 1 + 2 and 1 + 6
     assert reachable(pace, [[0], [0]], 10, 1.5) == 0
+
+
+def test_the_epochs_reachable_are_found_at_once_however_many_are_planned():
+    started = time.monotonic()
+    assert reachable(Pace(1.0, 1.0), [[0], [0]], 10**15, 1e6) == 499_999
+    assert time.monotonic() - started < 1.0
+
+
+def test_the_runs_take_the_thread_count_their_step_is_fastest_at(monkeypatch):
+    def step():  # as a step is beside a busy process: two threads wait on each other
+        time.sleep(0.02 if torch.get_num_threads() > 1 else 0.002)
+
+    monkeypatch.setattr(choose_pace, "usable_cores", lambda: 2)
+    before = torch.get_num_threads()
+    assert choose_pace.fastest_threads(step, torch.device("cpu"), 3)[0] == 1
+    assert torch.get_num_threads() == before
 
 
 TINY = ["--model-kwargs", "depth=1,embed_dim=32,num_heads=2", "--quiet"]
@@ -367,6 +385,20 @@ def test_streamed_images_with_a_fitted_batch_train_quietly_with_workers_fitted_t
     out = capsys.readouterr().out
     assert "batch size 2 (not 128): 30 training images, 15 steps an epoch" in out  # 2 a class held out
     assert out.count("model: vit_digits") == 1 and "\nverdict: too short to tell after 15 steps" in out
+
+
+def test_a_budget_too_short_for_a_verdict_is_refused_before_training_and_leaves_no_folder(tmp_path, capsys):
+    assert _choose_digits(tmp_path, "--minutes", "0.01") == 2
+    err = capsys.readouterr().err
+    assert "too short to compare here: a verdict needs every run to train at least 9 epochs" in err
+    assert "give --minutes " in err and not (tmp_path / "c").exists()
+
+
+def test_choose_trains_its_runs_two_at_a_time(tmp_path, capsys):
+    assert _choose_digits(tmp_path, "--epochs", "1", "--parallel", "2") == 0
+    out = capsys.readouterr().out
+    assert "epoch 1 of 1 (12 steps at batch 8; --epochs 1)" in out and out.count("] ") >= 10
+    assert json.loads((tmp_path / "c" / PLAN_FILE).read_text())["threads"] == max(1, choose_pace.usable_cores() // 2)
 
 
 def test_choose_into_another_grid_is_refused(tmp_path, capsys):
