@@ -2,6 +2,7 @@
 the plan (never stale, never pooled, one writer, checked field by field), and whole short comparisons on
 digits and on small image folders."""
 
+import dataclasses
 import json
 import time
 import warnings
@@ -168,6 +169,15 @@ def test_a_slower_pace_than_planned_shortens_every_run_alike_and_the_same_call_g
     assert all(len(epochs_done(c)) >= 3 for c in configs[1:])
     assert train_runs(plan, configs, tmp_path / "c", 1, None, Pace(0.0, 1.0), show=False) == 12  # goes on
     assert all(len(epochs_done(c)) == 12 for c in configs)
+
+
+def test_runs_much_slower_than_planned_at_several_threads_go_on_at_one(tmp_path, capsys):
+    plan = dataclasses.replace(_plan(epochs=1), pace=[0.0, 1e-6, 0.0], threads=2)  # planned: a microsecond
+    configs = run_configs_of(plan, _digits(tmp_path, epochs=1, warmup_epochs=0.25), tmp_path / "c")
+    assert train_runs(plan, configs, tmp_path / "c", 1, None, Pace(0.0, 1e-6), show=False) == 1
+    out = capsys.readouterr().out
+    assert out.count("s an epoch (0.00 planned): one thread from here") == 1
+    assert out.index("one thread from here") < out.index("[2/4]")
 
 
 def test_choose_ends_within_its_budget_and_answers_from_the_runs(tmp_path, capsys):

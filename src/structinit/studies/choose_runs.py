@@ -17,6 +17,10 @@ from .choose_pace import Pace, reachable
 from .choose_plan import Plan
 from .grid import run_configs, run_dir
 
+# an epoch this much slower than planned, at several torch threads, and the runs go on at one: beside a process
+# that came to keep a core busy, two threads that wait on each other made an epoch 2.4x slower (bench_choose.md)
+SLOWED = 1.5
+
 
 def run_configs_of(plan: Plan, config: TrainConfig, out: Path) -> list[TrainConfig]:
     """The comparison's runs, seed by seed (a comparison cut short has every init at the same seeds)."""
@@ -81,6 +85,7 @@ def train_runs(
     has reached."""
     waves = [configs[i : i + parallel] for i in range(0, len(configs), parallel)]
     bar = _Bar(configs, plan.epochs * len(configs), show)
+    threads, planned = plan.threads, Pace(*plan.pace).epoch
     try:
         for index, wave in enumerate(waves):
             done = [[len(epochs_done(c)) for c in w] for w in waves[index:]]
@@ -95,8 +100,13 @@ def train_runs(
             stop = target if target < plan.epochs else None
             started = time.monotonic()
             stopping = [dataclasses.replace(c, stop_after=stop) for c in todo]
-            run_configs(stopping, len(todo), root, threads=plan.threads, lock=False)
+            run_configs(stopping, len(todo), root, threads=threads, lock=False)
             pace = observed(pace, todo, [d for c, d in zip(wave, done[0]) if d < target], time.monotonic() - started)
+            if threads > 1 and pace.epoch > SLOWED * planned:  # threads that wait on each other's busy cores
+                threads = 1
+                bar.write(
+                    f"the runs slowed to {pace.epoch:.2f} s an epoch ({planned:.2f} planned): one thread from here"
+                )
             for config in todo:
                 line = epochs_done(config)[-1]
                 bar.write(
