@@ -100,6 +100,9 @@ def run_row(row: str, minutes: float, data: Path, out: Path, extra: list[str]) -
         "epoch_reached": int(reached.group(1)) if reached else None,
         "steps": int(reached.group(3)) if reached else None,
         "verdict": verdict.group(1) if verdict else text[-300:],
+        "commit": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip(),
         "cpu": platform.processor() or platform.machine(),
         "cores": os.cpu_count(),
     }
