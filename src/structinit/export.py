@@ -18,7 +18,7 @@ from torch import nn
 
 from .adapters import unwrap
 from .errors import first_line
-from .files import atomic_save, regular_file, weights_sha256
+from .files import atomic_save, refuse_replacing, regular_file, weights_sha256
 from .models import check_model_kwargs, constructor, create_model, shape_model
 from .report import Report
 
@@ -54,6 +54,7 @@ def save_init(
     the bare weights). Pass the `Report` that `initialize` returned to record the init too. An existing
     file is replaced only with `overwrite=True`."""
     path = check_init_path(path)
+    refuse_replacing(path)
     if path.exists() and not overwrite:
         raise ValueError(f"{path} exists: give another file, or overwrite=True to replace it")
     model = unwrap(model)

@@ -76,12 +76,13 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], Any], keep_previous: bo
     """`write(file)` to a temporary file, fsync, then rename it over `path` (with `keep_previous`, the
     old file becomes prev.pt). A failure or an interrupt leaves the old file and no temporary file; an
     OSError (a full disk) becomes one line, ending with `then` (what to do after freeing space). A link
-    at `path` (or at prev.pt) is refused: the rename would replace a file the tool did not write."""
+    at `path` (or at prev.pt) is refused: the rename would replace a file the tool did not write; so is
+    anything but a regular file there (refuse_replacing), checked again just before the rename."""
     path = Path(path)
     tmp, link = temporary(path), temporary(path.with_name("prev.pt"))
-    refuse_link(path)
+    refuse_replacing(path)
     if keep_previous:
-        refuse_link(path.with_name("prev.pt"))
+        refuse_replacing(path.with_name("prev.pt"))
     writes = _Writes()
     try:
         tmp.unlink(missing_ok=True)  # this process's name: a leftover is stale (see _alive)
@@ -95,6 +96,7 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], Any], keep_previous: bo
             os.link(path, link)  # the old file stays in place until the new one replaces it
             os.replace(link, path.with_name("prev.pt"))
             link.unlink(missing_ok=True)  # still there where prev.pt was already this file (kill -9 earlier)
+        refuse_replacing(path)  # what the writing gave time to put there
         os.replace(tmp, path)
         sync_directory(path.parent)
     except BaseException as error:
@@ -120,11 +122,30 @@ def regular_file(path: Path) -> os.stat_result:
         raise RunError(f"{path} is a link to {os.readlink(path)}, which does not exist") from None
     if stat.S_ISREG(found.st_mode):
         return found
+    link = f" (a link to {os.path.realpath(path)})" if os.path.islink(path) else ""
+    raise RunError(f"{path}{link} is {_kind(found)}, not a regular file: structinit reads only regular files")
+
+
+def _kind(found: os.stat_result) -> str:
     kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
     kinds += ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
-    kind = next((name for test, name in kinds if test(found.st_mode)), "a special file")
-    link = f" (a link to {os.path.realpath(path)})" if os.path.islink(path) else ""
-    raise RunError(f"{path}{link} is {kind}, not a regular file: structinit reads only regular files")
+    return next((name for test, name in kinds if test(found.st_mode)), "a special file")
+
+
+def refuse_replacing(path: Path) -> None:
+    """One line (RunError) where something other than a regular file stands at `path` (a device, a FIFO, a
+    socket, a directory): a write replaces a regular file or nothing (`init --json /dev/null --overwrite` as
+    root would have replaced the system's /dev/null). Links: refuse_link."""
+    refuse_link(path)
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(found.st_mode):
+        raise RunError(
+            f"{path} is {_kind(found)}, and structinit replaces only a regular file: write to another path "
+            "(what is there stays as it is)"
+        )
 
 
 class _Writes:

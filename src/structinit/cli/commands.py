@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import RunError, one_line, one_line_warning
-from ..files import refuse_link
+from ..files import refuse_replacing
 from ..inits.labels import DEFAULT, InitSpec, parse_assignments, split_top_level
 from ..seeds import check_seed
 from ..training.setting import flag, int_list
@@ -108,8 +108,8 @@ def run_init(args: argparse.Namespace) -> int:
 
 def check_new_file(name: str, path: Path, overwrite: bool) -> None:
     """Before any work: the file of flag `name` replaces an existing one (a checkpoint, say) only with
-    --overwrite, and is never written through a link."""
-    refuse_link(path)
+    --overwrite, and is never written through a link nor over anything but a regular file."""
+    refuse_replacing(path)
     if path.exists() and not overwrite:
         raise ValueError(f"{name} {path} exists: give another file, or add --overwrite to replace it")
 

@@ -14,6 +14,8 @@ from ..files import atomic_write_text, no_follow, regular_file
 from .identity import SCHEDULE
 from .setting import flag
 
+MAX_LINE = 1 << 20  # an epoch's line is ~500 bytes, an event's (where a resume ran) a few KB
+
 
 class MetricsLog:
     """RUN/metrics.jsonl. An epoch's line is appended (and fsynced) after its checkpoint is durable;
@@ -33,7 +35,7 @@ class MetricsLog:
             return []
         regular_file(self.path)
         try:
-            lines = self.path.read_text().splitlines()
+            lines = [line.decode() for line in self._lines()]
         except UnicodeDecodeError:
             raise RunError(f"{self.path} is damaged (not text): {self.FIX}") from None
         records = []
@@ -50,6 +52,20 @@ class MetricsLog:
                 raise RunError(f"{self.path} line {number} is not an epoch or event record: {self.FIX}")
             records.append(record)
         return records
+
+    def _lines(self) -> list[bytes]:
+        """The file's lines, each read within MAX_LINE bytes: a line longer than any record (NUL bytes
+        appended, another file's contents) is damage, found without reading it whole."""
+        lines = []
+        with open(self.path, "rb") as file:
+            while line := file.readline(MAX_LINE + 1):
+                if len(line) > MAX_LINE:
+                    raise RunError(
+                        f"{self.path} line {len(lines) + 1} is damaged (longer than {MAX_LINE:,} bytes, which no "
+                        f"record is): {self.FIX}"
+                    )
+                lines.append(line.rstrip(b"\r\n"))
+        return lines
 
     def epochs(self) -> list[dict[str, Any]]:
         return [r for r in self.records() if "event" not in r]

@@ -1,0 +1,103 @@
+"""Runs you can trust, round five (issue 67): a write replaces only a regular file or nothing; whatever else
+stands at the path (a FIFO, a socket, a directory, a device) is one line and stays as it was."""
+
+import os
+import socket
+import stat
+
+import pytest
+import torch
+
+from structinit.cli import main
+from structinit.errors import RunError
+from structinit.files import atomic_save, atomic_write_text, refuse_replacing
+
+INIT = ["init", "vit_digits", "--model-kwargs", "depth=1,num_classes=10,in_chans=1,img_size=8", "--init", "timm"]
+
+
+def special(path, kind):
+    """A FIFO, a socket or a directory at `path` (a device needs root to make: the FIFO stands for it)."""
+    if kind == "FIFO":
+        os.mkfifo(path)
+    elif kind == "socket":
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(str(path))
+        return server
+    else:
+        path.mkdir()
+    return None
+
+
+KINDS = [("FIFO", stat.S_ISFIFO), ("socket", stat.S_ISSOCK), ("directory", stat.S_ISDIR)]
+
+
+@pytest.mark.parametrize(("kind", "still"), KINDS)
+def test_a_write_over_anything_but_a_regular_file_is_refused_and_leaves_it(tmp_path, kind, still):
+    path = tmp_path / "s"  # short: a socket's path has a length limit
+    held = special(path, kind)
+    try:
+        for write in (lambda: atomic_write_text(path, "x"), lambda: atomic_save({"a": torch.zeros(1)}, path)):
+            with pytest.raises(RunError, match=f"is a {kind}, and structinit replaces only a regular file"):
+                write()
+            assert still(os.lstat(path).st_mode)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]  # no temporary file left
+    finally:
+        if held is not None:
+            held.close()
+
+
+def test_a_checkpoints_previous_copy_is_never_a_special_file(tmp_path):
+    atomic_save({"a": torch.zeros(1)}, tmp_path / "last.pt")
+    os.mkfifo(tmp_path / "prev.pt")
+    with pytest.raises(RunError, match=r"prev\.pt is a FIFO"):
+        atomic_save({"a": torch.ones(1)}, tmp_path / "last.pt", keep_previous=True)
+    assert torch.load(tmp_path / "last.pt")["a"].item() == 0.0
+
+
+def test_a_regular_file_or_nothing_may_be_replaced(tmp_path):
+    refuse_replacing(tmp_path / "new")
+    (tmp_path / "old").write_text("x")
+    refuse_replacing(tmp_path / "old")
+    atomic_write_text(tmp_path / "old", "y")
+    assert (tmp_path / "old").read_text() == "y"
+
+
+@pytest.mark.parametrize("flag", ["--json", "--save"])
+def test_init_with_overwrite_refuses_a_fifo_where_it_writes_and_does_not_advise_overwrite(tmp_path, capsys, flag):
+    fifo = tmp_path / ("out.json" if flag == "--json" else "out.safetensors")
+    os.mkfifo(fifo)
+    for extra in ([], ["--overwrite"]):
+        assert main([*INIT, flag, str(fifo), *extra]) == 2
+        err = capsys.readouterr().err
+        assert f"{fifo} is a FIFO, and structinit replaces only a regular file" in err
+        assert "--overwrite" not in err and len(err.strip().splitlines()) == 1
+        assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+# --- every record read within a bound -------------------------------------------------------------------------
+
+
+def test_a_metrics_log_with_a_huge_tail_is_damage_found_without_reading_it_whole(tmp_path):
+    from structinit.training.record import MetricsLog
+
+    log = MetricsLog(tmp_path)
+    log.append({"epoch": 1, "step": 10, "train_loss": 1.0})
+    size = log.path.stat().st_size
+    with open(log.path, "r+b") as file:
+        file.truncate(size + (3 << 30))  # 3 GB of NUL bytes, sparse: read whole it would take as much memory
+    with pytest.raises(RunError, match=r"metrics\.jsonl line 2 is damaged \(longer than 1,048,576 bytes"):
+        log.records()
+    with open(log.path, "r+b") as file:
+        file.truncate(size + 100)  # a short torn tail: dropped, as a crash mid-write leaves
+    assert log.records() == [{"epoch": 1, "step": 10, "train_loss": 1.0}]
+
+
+def test_a_json_record_larger_than_its_bound_is_refused_without_reading_it(tmp_path):
+    from structinit.files import read_json_object
+
+    path = tmp_path / "summary.json"
+    path.write_text("{}")
+    with open(path, "r+b") as file:
+        file.truncate(3 << 30)
+    with pytest.raises(RunError, match="is damaged \\(larger than 16,777,216 bytes, which no record of its kind is\\)"):
+        read_json_object(path, "delete it")
