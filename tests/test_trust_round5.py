@@ -101,3 +101,41 @@ def test_a_json_record_larger_than_its_bound_is_refused_without_reading_it(tmp_p
         file.truncate(3 << 30)
     with pytest.raises(RunError, match="is damaged \\(larger than 16,777,216 bytes, which no record of its kind is\\)"):
         read_json_object(path, "delete it")
+
+
+# --- flags --------------------------------------------------------------------------------------------------
+
+
+def test_json_dash_writes_the_report_to_standard_output_and_no_file_named_dash(tmp_path, capsys, monkeypatch):
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    assert main([*INIT, "--json", "-"]) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)  # standard output is the JSON alone
+    assert report["method"] == "timm" and len(report["weights_sha256"]) == 64
+    assert "weights sha256: " in captured.err and not (tmp_path / "-").exists()
+
+
+def test_eval_final_subset_without_an_evaluation_subset_is_refused(tmp_path, capsys):
+    argv = ["train", "--eval-final", "subset", "--epochs", "1", "--out", str(tmp_path / "r")]
+    assert main(argv) == 2
+    assert "--eval-final subset evaluates on --eval-per-class's subset: give --eval-per-class K too" in (
+        capsys.readouterr().err
+    )
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_tilde_in_the_caches_and_a_config_files_paths_is_the_home_folder(tmp_path, monkeypatch):
+    from structinit.data.digests import cache_folder
+    from structinit.inits.sharpness import cache_home
+    from structinit.training.config_file import read_config_file
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("STRUCTINIT_CACHE", "~/solved")
+    assert cache_home() == tmp_path / "solved" and cache_folder("~/decoded") == tmp_path / "decoded"
+    config = tmp_path / "settings.yaml"
+    config.write_text("data: imagefolder:~/photos\ncache_dir: ~/c\nout: ~/runs/r\ndata_root: ~/data\n")
+    values = read_config_file(config)
+    assert values["data"] == f"imagefolder:{tmp_path}/photos" and values["out"] == f"{tmp_path}/runs/r"
+    assert values["cache_dir"] == f"{tmp_path}/c" and values["data_root"] == f"{tmp_path}/data"

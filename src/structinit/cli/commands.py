@@ -68,6 +68,7 @@ def run_init(args: argparse.Namespace) -> int:
     if args.model is None:
         raise SystemExit("structinit init: give a model name (or --list-models for the supported families)")
 
+    to_stdout, args.json = args.json == "-", None if args.json == "-" else args.json  # `-`: standard output
     if args.json and Path(args.json).is_dir():
         raise ValueError(f"--json {args.json} is a directory: give a file name, e.g. {Path(args.json) / 'init.json'}")
     if args.json and not Path(args.json).absolute().parent.is_dir():
@@ -94,15 +95,19 @@ def run_init(args: argparse.Namespace) -> int:
         teacher=args.teacher,
         **model_kwargs,
     )
-    print(report)
+    print(report, file=sys.stderr if to_stdout else sys.stdout)  # `--json -`: standard output is the JSON
     digest = (
         save_init(model, args.save, report, overwrite=args.overwrite)
         if args.save
         else weights_sha256(model.state_dict())
     )
-    print(f"weights sha256: {digest}" + (f", saved to {args.save}" if args.save else ""))
-    if args.json:
-        atomic_write_text(Path(args.json), json.dumps({**report.to_dict(), "weights_sha256": digest}, indent=2))
+    saved = f"weights sha256: {digest}" + (f", saved to {args.save}" if args.save else "")
+    print(saved, file=sys.stderr if to_stdout else sys.stdout)
+    text = json.dumps({**report.to_dict(), "weights_sha256": digest}, indent=2)
+    if to_stdout:
+        print(text)
+    elif args.json:
+        atomic_write_text(Path(args.json), text)
     return 0
 
 

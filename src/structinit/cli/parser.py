@@ -113,7 +113,7 @@ def add_init_command(commands: argparse._SubParsersAction) -> None:
     init.add_argument("--num-classes", type=int, help="classes of the model's head (default: timm's, 1000)")
     init.add_argument("--img-size", type=int, help="the model's input size (default: the model's own)")
     add_removed_flags(init)
-    init.add_argument("--json", metavar="PATH", help="also write the report as JSON")
+    init.add_argument("--json", metavar="PATH", help="also write the report as JSON (-: to standard output)")
     init.add_argument(
         "--save",
         metavar="PATH",

@@ -79,7 +79,7 @@ def is_sharpness(value: Any) -> bool:
 
 def cache_home() -> Path:
     """~/.cache/structinit, or $STRUCTINIT_CACHE where set."""
-    return Path(os.environ.get("STRUCTINIT_CACHE") or Path.home() / ".cache" / "structinit")
+    return Path(os.environ.get("STRUCTINIT_CACHE") or Path.home() / ".cache" / "structinit").expanduser()
 
 
 def standard_pseudo(kind: str, grid: tuple[int, int], width: int, eps: float) -> torch.Tensor:

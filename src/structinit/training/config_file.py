@@ -4,6 +4,7 @@ today's, damage named in one line."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Any
 
@@ -79,4 +80,20 @@ def read_config_file(path: Path) -> dict[str, Any]:
         values = load_yaml(read_settings_text(path))
     except SettingsError as error:
         raise ValueError(f"{where}: {error}") from None
-    return config_values(values or {}, where)
+    return expand_home(config_values(values or {}, where))
+
+
+# the settings that name a path, where a config file's `~/...` means the home folder, as a shell reads it
+PATH_SETTINGS = ("data_root", "cache_dir", "out", "initial_checkpoint")
+
+
+def expand_home(values: dict[str, Any]) -> dict[str, Any]:
+    """`values` with a leading `~` of their paths (and of the data's, `imagefolder:~/photos`) expanded."""
+    values = dict(values)
+    for name in PATH_SETTINGS:
+        if isinstance(values.get(name), str):
+            values[name] = os.path.expanduser(values[name])
+    kind, colon, where = str(values.get("data", "")).partition(":")
+    if colon and where.startswith("~"):
+        values["data"] = f"{kind}:{os.path.expanduser(where)}"
+    return values

@@ -286,12 +286,20 @@ def check_config(config: TrainConfig) -> None:
         raise ValueError(f"--decay-milestones takes increasing epochs >= 1, got {','.join(map(str, milestones))}")
     check_optimizer_options(config)
     check_written_size(config)
-    if config.per_class is not None and config.train_fraction is not None:
-        raise ValueError("give --per-class or --train-fraction, not both")
+    check_subsets(config)
     if config.randaugment:
         RandAugmentSpec.parse(config.randaugment)
     if config.compile_mode is not None and config.compile is False:
         raise ValueError(f"--compile-mode {config.compile_mode} compiles the model: leave out --no-compile")
+
+
+def check_subsets(config: TrainConfig) -> None:
+    """The parts of the data a run trains and is evaluated on: one way to take a subset, and an evaluation
+    subset where the last evaluation is asked on it."""
+    if config.per_class is not None and config.train_fraction is not None:
+        raise ValueError("give --per-class or --train-fraction, not both")
+    if config.eval_final == "subset" and config.eval_per_class is None:
+        raise ValueError("--eval-final subset evaluates on --eval-per-class's subset: give --eval-per-class K too")
 
 
 def check_optimizer(name: str) -> None:
