@@ -604,7 +604,7 @@ def test_a_full_disk_while_writing_the_record_is_one_line(tmp_path, monkeypatch,
         (["--data", "imagefolder:"], "--data imagefolder needs a path"),
         (["--data", "nonsense"], "unknown dataset 'nonsense'"),
         (["--snapshot-epochs", "0,0,1"], "--snapshot-epochs takes distinct integers"),
-        (["--model-kwargs", "depth=1,num_classes=3"], "--model-kwargs num_classes: the data sets it"),
+        (["--model-kwargs", "num_classes=3"], "--model-kwargs num_classes: the data sets it"),  # joins FLAGS
         (["--model-kwargs", "depth=1,depth=2"], "--model-kwargs: depth is given twice"),
         (["--init", "impulse[kernel_size=3,kernel_size=5]"], "kernel_size is given twice"),
     ],

@@ -139,3 +139,13 @@ def test_a_tilde_in_the_caches_and_a_config_files_paths_is_the_home_folder(tmp_p
     values = read_config_file(config)
     assert values["data"] == f"imagefolder:{tmp_path}/photos" and values["out"] == f"{tmp_path}/runs/r"
     assert values["cache_dir"] == f"{tmp_path}/c" and values["data_root"] == f"{tmp_path}/data"
+
+
+def test_model_kwargs_given_twice_are_merged_and_a_key_given_twice_is_refused(tmp_path, capsys):
+    from structinit.cli.parser import build_parser
+
+    args = build_parser().parse_args(["train", "--model-kwargs", "depth=1", "--model-kwargs", "embed_dim=32"])
+    assert args.model_kwargs == "depth=1,embed_dim=32"
+    argv = ["train", "--model-kwargs", "depth=1", "--model-kwargs", "depth=2", "--out", str(tmp_path / "r")]
+    assert main(argv) == 2
+    assert "--model-kwargs: depth is given twice" in capsys.readouterr().err

@@ -10,7 +10,8 @@ from ..inits.labels import parse_assignments
 
 
 class Assignments(argparse.Action):
-    """`--model-kwargs a=1 b=2` (timm's train.py) or `--model-kwargs a=1,b=2`: one K=V,... text."""
+    """`--model-kwargs a=1 b=2` (timm's train.py) or `--model-kwargs a=1,b=2`: one K=V,... text; given again,
+    its items join the earlier ones (a key given twice is refused when the text is read)."""
 
     def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[override]
         loose = [value for value in values if "=" not in value]
@@ -19,7 +20,8 @@ class Assignments(argparse.Action):
                 f"{option_string} takes K=V items (a=1 b=2, or a=1,b=2); {loose[0]!r} is not one "
                 "(a folder goes before the flag: structinit train DIR --model-kwargs ...)"
             )
-        setattr(namespace, self.dest, ",".join(values))
+        earlier = getattr(namespace, self.dest, None)
+        setattr(namespace, self.dest, ",".join([earlier, *values] if earlier else values))
 
 
 ASSIGNMENTS = {"nargs": "+", "action": Assignments}
