@@ -149,3 +149,15 @@ def test_model_kwargs_given_twice_are_merged_and_a_key_given_twice_is_refused(tm
     argv = ["train", "--model-kwargs", "depth=1", "--model-kwargs", "depth=2", "--out", str(tmp_path / "r")]
     assert main(argv) == 2
     assert "--model-kwargs: depth is given twice" in capsys.readouterr().err
+
+
+def test_initialize_under_inference_mode_is_refused_before_the_model_changes(make_vit):
+    import structinit
+    from structinit.files import weights_sha256
+
+    model = make_vit(depth=1)
+    before = weights_sha256(model.state_dict())
+    with torch.inference_mode(), pytest.raises(RuntimeError, match=r"called under torch\.inference_mode\(\)"):
+        structinit.initialize(model, "impulse", seed=0)
+    assert weights_sha256(model.state_dict()) == before
+    structinit.initialize(model, "impulse", seed=0)  # outside it, as the message says

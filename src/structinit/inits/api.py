@@ -27,6 +27,20 @@ from .sharpness import SOLVE_DEVICE
 from .threads import one_torch_thread
 
 
+def _seed_to_start(seed: int | None) -> int:
+    """The seed an init starts from (None: drawn from torch's global RNG), checked; refused under
+    torch.inference_mode(), before the model changes: the solve and the in-place writes need autograd."""
+    if torch.is_inference_mode_enabled():
+        raise RuntimeError(
+            "structinit.initialize was called under torch.inference_mode(): call it outside (the model is "
+            "unchanged); build the model outside it too, since inference tensors cannot be written later"
+        )
+    if seed is None:
+        seed = int(torch.randint(2**31 - 1, (1,)))
+    check_seed(seed)
+    return seed
+
+
 def initialize(
     model: nn.Module, method: str, *, kernel_size: int | None = None, seed: int | None = None, **options: Any
 ) -> Report:
@@ -61,9 +75,7 @@ def initialize(
     weight factor over options.LIMIT included); numbers that still overflow (a huge pos_scale) are named
     after the write, and the model must be created again.
     """
-    if seed is None:
-        seed = int(torch.randint(2**31 - 1, (1,)))
-    check_seed(seed)
+    seed = _seed_to_start(seed)
     model = unwrap(model)
     if method == AUTO and isinstance(model, nn.Module):
         method = default_label(model)
