@@ -161,3 +161,14 @@ def test_initialize_under_inference_mode_is_refused_before_the_model_changes(mak
         structinit.initialize(model, "impulse", seed=0)
     assert weights_sha256(model.state_dict()) == before
     structinit.initialize(model, "impulse", seed=0)  # outside it, as the message says
+
+
+def test_save_init_under_a_file_named_as_a_folder_says_it_is_a_file(tmp_path, make_vit):
+    import structinit
+
+    (tmp_path / "notes").write_text("mine")
+    with pytest.raises(ValueError, match=r"notes is a file, not a folder: .*init\.safetensors cannot be written"):
+        structinit.save_init(make_vit(depth=1), tmp_path / "notes" / "init.safetensors")
+    with pytest.raises(ValueError, match="does not exist: create it first"):
+        structinit.save_init(make_vit(depth=1), tmp_path / "missing" / "init.safetensors")
+    assert (tmp_path / "notes").read_text() == "mine"

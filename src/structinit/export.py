@@ -33,6 +33,9 @@ def check_init_path(path: str | Path) -> Path:
     if path.is_dir():
         raise ValueError(f"{path} is a directory: give a file name, e.g. {path / ('init' + SUFFIXES[0])}")
     if not path.parent.is_dir():
+        above = next((p for p in path.parents if p.exists()), None)
+        if above is not None and not above.is_dir():  # a file on the way, not a missing folder
+            raise ValueError(f"{above} is a file, not a folder: {path} cannot be written under it")
         raise ValueError(f"{path.parent} does not exist: create it first")
     return path
 
