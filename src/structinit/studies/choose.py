@@ -17,7 +17,7 @@ import torch
 
 from ..data.datasets import fingerprint
 from ..errors import RunError
-from ..files import folders_kept_only_if_used
+from ..files import folders_kept_only_if_used, remove_empty_folders
 from ..inits.labels import AUTO, label_method, read_label
 from ..inits.labels import BASELINES as BASELINE_METHODS
 from ..scale import head_qk_norms
@@ -248,12 +248,6 @@ def discard(out: Path) -> None:
         if written_by_a_run(config, run):
             with RunLock(run):
                 clear_run(run)
-            _remove_empty(run)
+            remove_empty_folders([run, run.parent])
     for name in (*RESULT_FILES, PLAN_FILE):
         (out / name).unlink(missing_ok=True)
-
-
-def _remove_empty(run: Path) -> None:
-    for folder in (run, run.parent):
-        if folder.is_dir() and not any(folder.iterdir()):
-            folder.rmdir()
