@@ -21,6 +21,7 @@ from .errors import first_line
 from .files import atomic_save, refuse_replacing, regular_file, weights_sha256
 from .models import check_model_kwargs, constructor, create_model, shape_model
 from .report import Report
+from .weights_in import check_weights, misfits, read_weights, safetensors_header, weights_suffix
 
 SUFFIXES = (".safetensors", ".pth", ".pt")
 
@@ -122,26 +123,24 @@ MISSING = (("the timm name", ("model", "preset")), ("the keywords", ("kwargs",))
 MISSING_FIX = "build it by name with timm.create_model and give save_init(..., model_kwargs=...) its keywords"
 
 
-def read_init(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """The weights and the record of an init that save_init wrote as .safetensors (JSON values decoded)."""
-    from safetensors import SafetensorError, safe_open
-    from safetensors.torch import load_file
-
+def read_record(path: str | Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """The record of an init that save_init wrote as .safetensors (JSON values decoded) and its tensors on
+    the meta device, read from its header alone."""
     path = Path(path)
-    if path.suffix != ".safetensors":
+    if weights_suffix(path) != ".safetensors":
         raise ValueError(
             f"{path.name} holds bare weights with no record of the model: load it into the model it was made for "
             "(model.load_state_dict(torch.load(path))), or save the init as .safetensors"
         )
     regular_file(path)
+    record, header = safetensors_header(path, "")
+    return decoded(path, record), header
+
+
+def decoded(path: Path, record: dict[str, str]) -> dict[str, Any]:
+    """A .safetensors record with the values save_init wrote as JSON decoded."""
     try:
-        with safe_open(str(path), "pt") as file:
-            record = file.metadata() or {}
-        state = load_file(str(path))
-    except (SafetensorError, ValueError) as error:
-        raise ValueError(f"{path} is not a readable .safetensors file ({first_line(error)})") from None
-    try:
-        return state, {key: json.loads(value) if key in JSON_KEYS else value for key, value in record.items()}
+        return {key: json.loads(value) if key in JSON_KEYS else value for key, value in record.items()}
     except json.JSONDecodeError as error:
         raise ValueError(f"{path} has a damaged record (not JSON where JSON belongs: {error})") from None
     except RecursionError:
@@ -151,20 +150,33 @@ def read_init(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]
 JSON_KEYS = ("seed", "options", "mean_fidelity", "model_kwargs")  # what _record writes as JSON; the rest is text
 
 
+def saved_sha256(path: Path, record: dict[str, Any]) -> str | None:
+    """The sha256 of the weights a record names: every record save_init writes holds one, so a record
+    of structinit's without it (or with another value than a digest) was edited."""
+    if "structinit" not in record:
+        return None  # a .safetensors file of another tool: its weights are checked, not its digest
+    saved = record.get("weights_sha256")
+    if not isinstance(saved, str) or len(saved) != 64:
+        raise ValueError(f"{path}: its record lacks the weights' sha256 that save_init writes: the record was edited")
+    return saved
+
+
 def load_init(path: str | Path) -> tuple[nn.Module, dict[str, Any]]:
     """The model a .safetensors init was saved from, built again from its record alone (through
     `create_model`: timm's name and keywords, or the preset's class) and loaded with the file's weights
-    (strict); returns (model, record). The weights must be finite and, where the record holds their sha256,
-    the ones saved; the record's model must fit them before it is built. A ValueError names the fault."""
-    state, record = read_init(path)
+    (strict); returns (model, record). The weights are checked as weights_in says (the record's model
+    fits them, read from the header before any weight is; finite; the sha256 the record holds).
+    A ValueError names the fault."""
+    path = Path(path)
+    record, header = read_record(path)
     kwargs, name = record.get("model_kwargs"), record.get("model") or record.get("preset")
     if not isinstance(kwargs, dict) or not isinstance(name, str):
         lacks = record.get("missing") or (
             "written by structinit before 0.2, which kept no record" if "structinit" not in record else "damaged"
         )
         raise ValueError(f"{path} does not record how to build its model ({lacks})")
-    check_saved_weights(path, state, record)
-    blocks = {name.split(".")[1] for name in state if name.startswith("blocks.")}
+    saved = saved_sha256(path, record)
+    blocks = {name.split(".")[1] for name in header if name.startswith("blocks.")}
     if isinstance(kwargs.get("depth"), int) and blocks and kwargs["depth"] != len(blocks):
         raise ValueError(
             f"{path}: its record asks for depth {kwargs['depth']} and its weights hold {len(blocks)} blocks: "
@@ -175,9 +187,11 @@ def load_init(path: str | Path) -> tuple[nn.Module, dict[str, Any]]:
         shape = shape_model(name, dict(kwargs))  # on the meta device: no memory, no weights drawn
     except (TypeError, ValueError, RuntimeError, KeyError) as error:
         raise ValueError(f"{path}: its record builds no model ({first_line(error)}): the record is damaged") from None
-    wrong = misfits(shape, state)
+    wrong = misfits(shape, header)
     if wrong:
         raise ValueError(f"{path}: its weights do not fit the model its record builds ({wrong})")
+    state, _ = read_weights(path, str(path))
+    check_weights(str(path), state, shape, saved)
     kwargs = dict(kwargs)
     classes, channels = kwargs.pop("num_classes", 1000), kwargs.pop("in_chans", 3)  # timm's defaults
     model = create_model(name, num_classes=classes, in_chans=channels, data_size=None, **kwargs)
@@ -185,63 +199,13 @@ def load_init(path: str | Path) -> tuple[nn.Module, dict[str, Any]]:
     return model, record
 
 
-def check_saved_weights(path: Path, state: dict[str, torch.Tensor], record: dict[str, Any]) -> None:
-    """ValueError where the weights are not finite or not those the record's sha256 names."""
-    bad = [name for name, t in state.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
-    if bad:
-        raise ValueError(
-            f"{path}: {len(bad)} tensor(s) are not finite ({', '.join(bad[:3])}): not an init to train from"
-        )
-    saved = record.get("weights_sha256")
-    if saved is not None and saved != weights_sha256(state):
-        raise ValueError(
-            f"{path}: its weights are not those it was saved with (the record's sha256 {str(saved)[:12]}... differs): "
-            "the file was changed after save_init wrote it"
-        )
-
-
-# where a training checkpoint keeps the model's weights (timm's train.py, structinit's last.pt)
-STATE_KEYS = ("state_dict", "model", "state_dict_ema")
-
-
 def load_weights(model: nn.Module, path: str | Path) -> str:
     """Load the weights of `path` into `model` (strict; a saved init, a bare state dict, or a training
-    checkpoint holding one, DDP's "module." prefix dropped) and return their sha256. A ValueError names
-    the tensors that are missing, unexpected or of another shape; the model is unchanged then."""
+    checkpoint of timm's or structinit's holding one) and return their sha256. They are checked as
+    weights_in says (a saved init's digest included); a ValueError names the fault, the model unchanged."""
     path = Path(path)
-    regular_file(path)
-    if path.suffix == ".safetensors":
-        state, _ = read_init(path)
-    elif path.suffix in (".pth", ".pt", ".bin"):
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as error:  # pickle, zip and torch's own errors alike: not weights to load
-            raise ValueError(f"{path} is not a file of weights torch can read safely ({first_line(error)})") from None
-    else:
-        raise ValueError(f"{path.name}: give weights as .safetensors, .pth or .pt")
-    inner = next((state[k] for k in STATE_KEYS if isinstance(state, dict) and isinstance(state.get(k), dict)), None)
-    state = inner if inner is not None else state
-    if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
-        raise ValueError(f"{path} holds no state dict (names to tensors)")
-    state = {name.removeprefix("module."): tensor for name, tensor in state.items()}
-    wrong = misfits(unwrap(model), state)
-    if wrong:
-        raise ValueError(f"{path} does not fit the model ({wrong}): give the weights of this model")
+    state, metadata = read_weights(path, str(path), unwrap(model))
+    saved = saved_sha256(path, decoded(path, metadata)) if metadata else None
+    digest = check_weights(str(path), state, unwrap(model), saved) or weights_sha256(state)
     unwrap(model).load_state_dict(state)
-    return weights_sha256(state)
-
-
-def misfits(model: nn.Module, state: dict[str, torch.Tensor]) -> str:
-    """The first tensors of `state` that do not fit `model` (of another shape, missing, unexpected), or ''."""
-    own = model.state_dict()
-    wrong = [
-        f"{name} {tuple(state[name].shape)} (the model's {tuple(t.shape)})"
-        for name, t in own.items()
-        if name in state and state[name].shape != t.shape
-    ]
-    missing, extra = sorted(own.keys() - state.keys()), sorted(state.keys() - own.keys())
-    return "; ".join(
-        f"{len(items)} {what}: {', '.join(items[:3])}{', ...' if len(items) > 3 else ''}"
-        for what, items in (("of another shape", wrong), ("missing", missing), ("unexpected", extra))
-        if items
-    )
+    return digest

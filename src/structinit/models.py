@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import random
 from collections.abc import Callable
 from typing import Any
@@ -17,9 +18,10 @@ from timm.models.convmixer import ConvMixer
 from timm.models.mlp_mixer import MlpMixer
 from torch import nn
 
-from .errors import first_line
+from .errors import RunError, first_line
 from .inits.api import initialize
 from .inits.labels import DEFAULT, InitSpec
+from .memory import allocations_checked
 from .report import Report
 from .seeds import check_seed
 
@@ -78,9 +80,21 @@ def patch_for(name: str, data_size: int | None, kwargs: dict[str, Any]) -> int |
 LOADING_KWARGS = ("pretrained", "pretrained_cfg", "pretrained_cfg_overlay", "checkpoint_path", "pretrained_strict")
 
 
+# words a shell user writes for a boolean or a number that timm would take as text (text is true to it)
+TEXT_BOOLEANS = {"no", "yes", "off", "on", "y", "n", "t", "f"}
+NOT_NUMBERS = {"nan", "inf", "-inf", "+inf", "infinity", "-infinity"}
+
+
 def check_model_kwargs(kwargs: dict[str, Any], where: str = "--model-kwargs") -> None:
-    """Refuse model keywords that load files: structinit initialises models, it does not load them
+    """Refuse model keywords that load files (structinit initialises models, it does not load them) and
+    values timm would read otherwise than meant: a boolean word as text, a number that is not finite
     (`where`: what gave them, in the message)."""
+    for key, value in kwargs.items():
+        text = value.lower() if isinstance(value, str) else None
+        if text in TEXT_BOOLEANS:
+            raise ValueError(f"{where} {key}={value}: timm reads any text as true; give True or False")
+        if text in NOT_NUMBERS or (isinstance(value, float) and not math.isfinite(value)):
+            raise ValueError(f"{where} {key}={value}: give a finite number")
     loading = [k for k in LOADING_KWARGS if kwargs.get(k)]
     if loading:
         raise ValueError(
@@ -133,7 +147,12 @@ def _create(
     if sincos:
         options["pos_embed"] = "learn"
     try:
-        model = arch(**options) if callable(arch) else timm.create_model(arch, **options)
+        with allocations_checked(
+            _described(name, num_classes, kwargs), "give a smaller model (fewer classes, width or depth)"
+        ):
+            model = arch(**options) if callable(arch) else timm.create_model(arch, **options)
+    except RunError:
+        raise
     except RuntimeError as error:
         if "Unknown model" in str(error):
             raise ValueError(f"{error}; presets: {', '.join(PRESETS)}") from None
@@ -142,13 +161,24 @@ def _create(
         raise ValueError(f"{name} cannot be built with {kwargs or 'its defaults'}: {first_line(error)}") from None
     if sincos:
         _fix_sincos_position_table(model)
-    return model, constructor(model, asked, preset=name if name in PRESETS else None)
+    built = constructor(model, asked, preset=name if name in PRESETS else None)
+    model._structinit_constructor = built  # save_init's record of a model built here without a report
+    return model, built
+
+
+def _described(name: str, num_classes: int, kwargs: dict[str, Any]) -> str:
+    given = "".join(f", {key}={value}" for key, value in kwargs.items())
+    return f"{name} ({num_classes:,} classes{given})"
 
 
 def constructor(model: nn.Module, kwargs: dict[str, Any] | None = None, preset: str | None = None) -> dict[str, Any]:
     """How to build `model` again: `model`, the timm name that `timm.create_model` (and train.py's --model)
     takes, where timm built it by name (its pretrained_cfg says); `class`, its class; `kwargs`, the
-    keywords it was built with, where known; `preset`, the preset of this package it came from."""
+    keywords it was built with, where known; `preset`, the preset of this package it came from. A model
+    that create_model built, given without keywords: the record made when it was built."""
+    made = getattr(model, "_structinit_constructor", None)
+    if kwargs is None and preset is None and made is not None:
+        return dict(made)
     architecture = (getattr(model, "pretrained_cfg", None) or {}).get("architecture")
     built: dict[str, Any] = {"model": architecture} if architecture else {}
     built["class"] = f"{type(model).__module__}.{type(model).__qualname__}"

@@ -12,7 +12,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import RunError, one_line, one_line_warning
+from ..errors import RunError, first_line, one_line, one_line_warning
 from ..files import refuse_replacing
 from ..inits.labels import DEFAULT, InitSpec, parse_assignments, split_top_level
 from ..seeds import check_seed
@@ -295,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
         if extra is None:
             raise
         return fail(args.command, f"this needs {error.name}: pip install '{DISTRIBUTION}[{extra}]'")
+    except MemoryError as error:  # what no estimate foresaw: one line, not a traceback
+        detail = f" ({first_line(error)})" if str(error) else ""
+        return fail(args.command, f"out of memory{detail}: ask for less (a smaller model, batch or image size)")
     except KeyboardInterrupt:
         again = AFTER_INTERRUPT.get(args.command, "run it again")
         print(f"structinit {args.command}: interrupted; {again}", file=sys.stderr)

@@ -34,6 +34,19 @@ class _Removed(argparse.Action):
         parser.error(f"{option_string} is gone: {REMOVED[option_string]}")
 
 
+class _OneSpelling(argparse._StoreAction):
+    """A setting with several spellings (--randaugment, --aa): two spellings with different values are
+    refused, not the last taken silently (timm has one spelling; the same flag twice: the last, as argparse)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[override]
+        seen = f"_{self.dest}_given_as"
+        before = getattr(namespace, seen, None)
+        if before is not None and before[0] != option_string and before[1] != values:
+            parser.error(f"{before[0]} {before[1]} and {option_string} {values} set the same setting: give one")
+        setattr(namespace, seen, (option_string, values))
+        super().__call__(parser, namespace, values, option_string)
+
+
 def add_removed_flags(parser: argparse.ArgumentParser) -> None:
     for name in REMOVED:
         parser.add_argument(name, action=_Removed, help=argparse.SUPPRESS)
@@ -109,6 +122,8 @@ def setting_arguments(name: str, about: Setting) -> dict[str, Any]:
         arguments["help"] = f"{about.help} (default: {shown_default(SETTING_DEFAULTS[name])})"
     if name == "model_kwargs":
         arguments.update(ASSIGNMENTS)
+    elif len(setting_flags(name, about)) > 1:
+        arguments["action"] = _OneSpelling
     if base in ("int", "float"):
         arguments["type"] = int if base == "int" else float
         arguments["metavar"] = "N" if base == "int" else "X"

@@ -55,6 +55,7 @@ def _families() -> tuple[torch.Tensor, torch.Tensor]:
 
 FAMILY, MEMBER = _families()
 PARTS = {"m": int, "n": int, "p": float, "mstd": float, "mmax": int, "inc": int}  # timm's parts and its types
+DRAW_BYTES = 80  # memory one op of one image takes while a batch's ops are drawn: draw()'s ten float64 arrays
 LEVEL_DENOM = 10.0  # timm's magnitude scale: m10 is an op's full strength
 
 
@@ -85,6 +86,11 @@ class RandAugmentSpec:
                     "e.g. rand-m9-n2-mstd0.5)"
                 )
             key, text = match.groups()
+            if key in values:
+                raise ValueError(
+                    f"--randaugment {spec}: {key} is given twice (timm keeps the last m, n, p or inc but the first "
+                    "mstd or mmax): give each part once"
+                )
             if PARTS[key] is int and not text.isdigit():
                 raise ValueError(f"--randaugment {spec}: {key} takes an integer (timm reads it so), got {text}")
             values[key] = PARTS[key](text)

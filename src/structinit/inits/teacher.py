@@ -1,13 +1,11 @@
 """The larger model weight selection reads: a timm model name with pretrained weights, a weights file
-(.safetensors, or .pth/.pt/.bin opened with weights_only: no code runs), a structinit run directory (its
+(read and checked as all weights entering are: weights_in), a structinit run directory (its
 last.pt), a model, or a state dict. Each becomes a `Teacher`: its tensors, its head count where known,
 and a description with the weights' sha256 that a report records."""
 
 from __future__ import annotations
 
 import functools
-import pickle
-import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +18,7 @@ from ..adapters import get_adapter, unwrap
 from ..errors import first_line
 from ..files import read_json_object, regular_file, weights_sha256
 from ..report import recorded_heads
-
-WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin")
+from ..weights_in import check_weights, read_weights, weights_suffix
 
 
 @dataclass(frozen=True)
@@ -51,7 +48,7 @@ def load_teacher(teacher: Any) -> Teacher:
     path = Path(teacher).expanduser()
     if path.is_dir():
         return _cached(str(path.resolve()), (path / "last.pt").stat().st_mtime_ns if (path / "last.pt").exists() else 0)
-    if path.exists() or path.suffix in WEIGHT_SUFFIXES:
+    if path.exists() or weights_suffix(path):
         if not path.exists():
             raise FileNotFoundError(f"teacher {teacher}: no such file")
         return _cached(str(path.resolve()), regular_file(path).st_mtime_ns)
@@ -87,18 +84,7 @@ def _from_module(model: nn.Module, source: str) -> Teacher:
 
 
 def _from_file(path: Path) -> Teacher:
-    if path.suffix == ".safetensors":
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-
-        try:
-            state = load_file(str(path))
-        except (SafetensorError, OSError, ValueError) as error:
-            raise ValueError(f"teacher {path} is not a readable .safetensors file ({first_line(error)})") from None
-    else:
-        state = _torch_file(path)
-        if isinstance(state, Mapping):
-            state = next((state[k] for k in ("model", "state_dict") if isinstance(state.get(k), Mapping)), state)
+    state, _ = read_weights(path, "teacher")
     return _teacher(_tensors(state, str(path)), None, f"file {path.name}")
 
 
@@ -107,9 +93,7 @@ def _from_run(path: Path) -> Teacher:
     checkpoint = path / "last.pt"
     if not checkpoint.exists():
         raise FileNotFoundError(f"teacher {path}: a run directory without last.pt (has the run trained an epoch?)")
-    state = _torch_file(checkpoint)
-    if not isinstance(state, Mapping) or not isinstance(state.get("model"), Mapping):
-        raise ValueError(f"teacher {checkpoint} is not a structinit checkpoint (it holds no model weights)")
+    state, _ = read_weights(checkpoint, "teacher")
     heads = None
     report = path / "init_report.json"
     if report.exists():
@@ -118,29 +102,13 @@ def _from_run(path: Path) -> Teacher:
             heads = recorded_heads(read_json_object(report, fix))
         except ValueError as error:
             raise ValueError(f"teacher {report} is damaged ({error}): {fix}") from None
-    return _teacher(_tensors(state["model"], str(checkpoint)), heads, f"run {path.name} (last.pt)")
+    return _teacher(_tensors(state, str(checkpoint)), heads, f"run {path.name} (last.pt)")
 
 
-def _torch_file(path: Path) -> Any:
-    """A torch.save file opened with weights_only=True: tensors and plain containers, never code."""
-    regular_file(path)
-    if not zipfile.is_zipfile(path):
-        raise ValueError(f"teacher {path} is not a torch.save archive (truncated, damaged or another format)")
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:
-        raise ValueError(
-            f"teacher {path} holds Python objects beyond tensors ({first_line(error)[:80]}): structinit does not "
-            "unpickle them; save its state_dict, or as .safetensors"
-        ) from None
-    except (RuntimeError, EOFError, OSError) as error:
-        raise ValueError(f"teacher {path} is damaged ({first_line(error)})") from None
-
-
-def _tensors(state: Mapping, where: str) -> dict[str, torch.Tensor]:
-    if not state or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
-        raise ValueError(f"teacher {where} is not a state dict (names to tensors)")
-    return {name: t.detach().cpu() for name, t in state.items()}
+def _tensors(state: Any, where: str) -> dict[str, torch.Tensor]:
+    """The floating-point tensors of a teacher's weights, checked as every weights entering are (weights_in)."""
+    check_weights(f"teacher {where}", state)
+    return {name: t.detach().cpu() for name, t in state.items() if t.is_floating_point()}
 
 
 def _teacher(state: dict[str, torch.Tensor], heads: int | None, source: str) -> Teacher:

@@ -15,6 +15,7 @@ from ..training.checkpoint import load_checkpoint
 from ..training.config_file import read_config
 from ..training.recipe import model_of
 from ..training.settings import TrainConfig
+from ..weights_in import check_weights
 
 
 def load_target(
@@ -35,7 +36,7 @@ def load_target(
         dataset = load_data(
             data or config.data, root=config.data_root, cache_dir=config.cache_dir, img_size=config.img_size
         )
-        model, _ = model_of(config, dataset)
+        model, _ = model_of(config, dataset, checkpointed=not at_init)
         state = "at initialisation"
         if not at_init:
             if not (run / "last.pt").exists():
@@ -46,6 +47,7 @@ def load_target(
             except (RuntimeError, TypeError) as error:
                 given = f" built for --data {data}" if data else ""
                 raise RunError(f"{run / 'last.pt'} does not fit the model{given} ({first_line(error)})") from None
+            check_weights(str(run / "last.pt"), checkpoint["model"], model)
             state = f"trained {checkpoint['epoch']} of {config.epochs} epochs"
         title = f"{config.model}, {config.init} init (seed {config.seed}), {state} on {config.data}"
     else:

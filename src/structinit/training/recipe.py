@@ -30,9 +30,16 @@ from .settings import TrainConfig
 class Recipe:
     """The model and everything that trains it, built from a config for the data, on a device."""
 
-    def __init__(self, config: TrainConfig, data: TensorData | StreamData, device: torch.device, world: Dist):
+    def __init__(
+        self,
+        config: TrainConfig,
+        data: TensorData | StreamData,
+        device: torch.device,
+        world: Dist,
+        checkpointed: bool = False,
+    ):
         self.config, self.device, self.world = config, device, world
-        self.model, self.report = model_of(config, data)
+        self.model, self.report = model_of(config, data, checkpointed)
         self.model.to(device)
         self.amp_dtype = resolve_amp(config.amp, device)
         prefer_math_attention(self.model, device, self.amp_dtype)
@@ -184,9 +191,12 @@ def data_of(config: TrainConfig) -> TensorData | StreamData:
 INITIAL_CHECKPOINT = "initial-checkpoint"  # the init report's method of a run started from a file
 
 
-def model_of(config: TrainConfig, data: TensorData | StreamData) -> tuple[nn.Module, Report]:
+def model_of(
+    config: TrainConfig, data: TensorData | StreamData, checkpointed: bool = False
+) -> tuple[nn.Module, Report]:
     """The run's model, created for the data's classes, channels and image size and initialised (or loaded
-    from --initial-checkpoint); returns (model, init report). Seeded, so that it is the same model every time."""
+    from --initial-checkpoint, unless the weights come from a checkpoint next: `checkpointed`, which holds
+    them when that file is gone); returns (model, init report). Seeded: the same model every time."""
     spec = InitSpec.parse("default") if config.initial_checkpoint else config.init_spec
     model, report = build_model(
         config.model,
@@ -199,7 +209,7 @@ def model_of(config: TrainConfig, data: TensorData | StreamData) -> tuple[nn.Mod
         teacher=config.teacher,
         **config.model_kwargs,
     )
-    if config.initial_checkpoint:
+    if config.initial_checkpoint and not checkpointed:
         digest = load_weights(model, config.initial_checkpoint)
         with contextlib.suppress(ValueError, TypeError, NotImplementedError):  # a family it cannot measure
             report = dataclasses.replace(fidelity(model), seed=config.seed, constructor=report.constructor)

@@ -24,10 +24,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..adapters import unwrap
 from ..data.batches import batches_for
 from ..data.datasets import fingerprint
 from ..errors import Notice, RunError, first_line
 from ..files import folders_to_make, remove_empty_folders
+from ..weights_in import check_weights
 from .checkpoint import load_checkpoint, rng_state, set_rng_state
 from .config_file import config_values, read_config
 from .device import Dist, all_reduce_sum, distributed_processes, resolve_amp, resolve_device, setup_distributed
@@ -124,7 +126,7 @@ class Run:
         summary = self.dir.out / "summary.json"
         if checkpoint is not None and summary.exists() and checkpoint["epoch"] >= config.epochs:
             return self.dir.read_summary()  # finished, nothing asked: no-op
-        self.build()
+        self.build(checkpointed=checkpoint is not None)
         start, last = self.restore(checkpoint), self.dir.last_epoch
         progress = Progress(start, last, world.main and not config.quiet, config.eval_split, self.evaluated)
         metrics: dict[str, Any] = {}
@@ -137,12 +139,13 @@ class Run:
             self.loggers.close()
         return self.finish(last, metrics)
 
-    def build(self) -> None:
-        """The data, the recipe (the model, initialised, and what trains it) and the batches."""
+    def build(self, checkpointed: bool) -> None:
+        """The data, the recipe (the model, initialised, and what trains it; its weights from the checkpoint
+        next where `checkpointed`) and the batches."""
         config, world = self.config, self.world
         self.data = data_of(config)
         self.data_fingerprint = fingerprint(self.data)
-        self.recipe = Recipe(config, self.data, self.device, world)
+        self.recipe = Recipe(config, self.data, self.device, world, checkpointed)
         for line in notices(config, self.data) if world.main else []:
             warnings.warn(line, Notice, stacklevel=1)
         batch = config.batch_size // world.world
@@ -173,6 +176,7 @@ class Run:
                     f"the data of {self.dir.out} ({self.config.data}) changed since its checkpoint (images added, "
                     "removed or replaced): resume it on the data it trained on, or start a new run"
                 )
+            check_weights(str(self.dir.checkpoint_path), checkpoint.get("model"), unwrap(self.recipe.model))
             try:
                 self.recipe.load(checkpoint)
                 set_rng_state(checkpoint["rng"])

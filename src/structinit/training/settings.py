@@ -9,7 +9,7 @@ import dataclasses
 import inspect
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..inits.labels import InitSpec
 from .data_settings import DataSettings
@@ -34,6 +34,9 @@ from .setting import (
     flag as flag,  # studies/results.py takes it from here
 )
 from .settings_yaml import MAX_BYTES
+
+if TYPE_CHECKING:
+    from ..data.randaugment import RandAugmentSpec
 
 SCHEDULES = ("cosine", "tanh", "step", "multistep", "poly")  # timm's schedules that need no metric
 EXAMPLES = ("adamw", "adam", "sgd", "momentum", "lamb", "lion", "nadamw")  # some of timm's optimisers
@@ -73,7 +76,7 @@ class TrainConfig(DataSettings):
         group="model",
         metavar="FILE",
         help="start from these weights instead of an init: `structinit init --save`'s file or any state dict "
-        "(.safetensors, .pth, .pt; timm's checkpoints too), checked against the model",
+        "(.safetensors, .pth, .pt, .bin; timm's .pth.tar checkpoints too), checked as docs/training.md says",
         since="0.3.2",
     )
     epochs: int = setting(
@@ -288,9 +291,21 @@ def check_config(config: TrainConfig) -> None:
     check_written_size(config)
     check_subsets(config)
     if config.randaugment:
-        RandAugmentSpec.parse(config.randaugment)
+        check_draws(config, RandAugmentSpec.parse(config.randaugment))
     if config.compile_mode is not None and config.compile is False:
         raise ValueError(f"--compile-mode {config.compile_mode} compiles the model: leave out --no-compile")
+
+
+def check_draws(config: TrainConfig, spec: RandAugmentSpec) -> None:
+    """RunError where a batch's RandAugment draws (n ops an image) need more memory than is left."""
+    from ..data.randaugment import DRAW_BYTES
+    from ..memory import check_fits
+
+    check_fits(
+        spec.layers * config.batch_size * DRAW_BYTES,
+        f"--randaugment {config.randaugment} ({spec.layers:,} ops an image, drawn for batches of {config.batch_size})",
+        "give n of a few ops (timm's default: n2)",
+    )
 
 
 def check_subsets(config: TrainConfig) -> None:
