@@ -71,9 +71,13 @@ def save_init(
         built = report.constructor if report is not None and report.constructor else constructor(model, model_kwargs)
         check_rebuildable(built, state)
         metadata = {"format": "pt", "weights_sha256": digest, **_record(report, built)}
-        atomic_save(state, path, write=lambda tensors, f: f.write(save(tensors, metadata=metadata)))
+        write = lambda tensors, f: f.write(save(tensors, metadata=metadata))  # noqa: E731
     else:
-        atomic_save(state, path)
+        write = None
+    try:
+        atomic_save(state, path, write=write, new=not overwrite)
+    except FileExistsError:
+        raise ValueError(f"{path} exists (written meanwhile): give another file, or overwrite=True") from None
     return digest
 
 

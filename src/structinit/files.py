@@ -15,6 +15,7 @@ import os
 import re
 import stat
 import textwrap
+import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -24,12 +25,15 @@ from .errors import RunError, first_line
 if TYPE_CHECKING:
     import torch
 
-# .NAME.tmpPID: a temporary file of `atomic_write`
-TEMPORARY = re.compile(r"^\.(?P<name>.+)\.tmp(?P<pid>\d+)$")
+# .NAME.tmpPID (.NAME.tmpPID.THREAD from a thread other than the main one): a temporary file of `atomic_write`
+TEMPORARY = re.compile(r"^\.(?P<name>.+)\.tmp(?P<pid>\d+)(\.(?P<thread>\d+))?$")
+MAIN_THREAD = threading.main_thread().ident
 
 
 def temporary(path: Path) -> Path:
-    return path.with_name(f".{path.name}.tmp{os.getpid()}")
+    """This process's and thread's temporary name for `path` (threads of one process write apart)."""
+    thread = threading.get_ident()
+    return path.with_name(f".{path.name}.tmp{os.getpid()}" + (f".{thread}" if thread != MAIN_THREAD else ""))
 
 
 @contextlib.contextmanager
@@ -72,12 +76,15 @@ def no_follow(path: str | Path, flags: int) -> int:
     return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0), 0o666)
 
 
-def atomic_write(path: Path, write: Callable[[BinaryIO], Any], keep_previous: bool = False, then: str = "") -> None:
+def atomic_write(
+    path: Path, write: Callable[[BinaryIO], Any], keep_previous: bool = False, then: str = "", new: bool = False
+) -> None:
     """`write(file)` to a temporary file, fsync, then rename it over `path` (with `keep_previous`, the
     old file becomes prev.pt). A failure or an interrupt leaves the old file and no temporary file; an
     OSError (a full disk) becomes one line, ending with `then` (what to do after freeing space). A link
     at `path` (or at prev.pt) is refused: the rename would replace a file the tool did not write; so is
-    anything but a regular file there (refuse_replacing), checked again just before the rename."""
+    anything but a regular file there (refuse_replacing), checked again just before the rename. `new`: the
+    file is linked into place only if none is there yet (FileExistsError where another writer was first)."""
     path = Path(path)
     tmp, link = temporary(path), temporary(path.with_name("prev.pt"))
     refuse_replacing(path)
@@ -97,11 +104,17 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], Any], keep_previous: bo
             os.replace(link, path.with_name("prev.pt"))
             link.unlink(missing_ok=True)  # still there where prev.pt was already this file (kill -9 earlier)
         refuse_replacing(path)  # what the writing gave time to put there
-        os.replace(tmp, path)
+        if new:
+            os.link(tmp, path)  # atomic, and refused where a file appeared meanwhile
+            tmp.unlink()
+        else:
+            os.replace(tmp, path)
         sync_directory(path.parent)
     except BaseException as error:
         tmp.unlink(missing_ok=True)
         link.unlink(missing_ok=True)
+        if isinstance(error, FileExistsError) and new:
+            raise
         if isinstance(error, Exception) and not isinstance(error, OSError) and writes.error is not None:
             error = writes.error  # the writer (torch.save) failed later, on what the failed write left
         if not isinstance(error, OSError):
@@ -194,15 +207,15 @@ def remove_temporaries(folder: Path, names: Iterable[str] | Callable[[str], bool
         match = TEMPORARY.match(item.name)
         if not match or not accept(match["name"]) or item.is_symlink():  # atomic_write never makes a link
             continue
-        if item.is_file() and not _alive(int(match["pid"])):
+        if item.is_file() and not _alive(int(match["pid"]), match["thread"]):
             item.unlink(missing_ok=True)
             removed.append(item)
     return removed
 
 
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return False  # this process writes one file at a time: a leftover of its own is stale
+def _alive(pid: int, thread: str | None = None) -> bool:
+    if pid == os.getpid():  # each thread writes one file at a time: a leftover of a finished one is stale
+        return thread is not None and int(thread) in {t.ident for t in threading.enumerate()}
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -232,13 +245,14 @@ def atomic_save(
     keep_previous: bool = False,
     write: Callable[[Any, BinaryIO], Any] | None = None,
     then: str = "",
+    new: bool = False,
 ) -> None:
     """`write` (default torch.save) `obj` to `path` through files.atomic_write (the old file becomes
-    prev.pt with `keep_previous`; `then`: what to do after freeing space): a crash leaves the old file,
-    a failure one line and no temporary file."""
+    prev.pt with `keep_previous`; `then`: what to do after freeing space; `new`: only where no file is):
+    a crash leaves the old file, a failure one line and no temporary file."""
     import torch  # here: the command's --help reads this module's neighbours without loading torch
 
-    atomic_write(Path(path), lambda f: (write or torch.save)(obj, f), keep_previous=keep_previous, then=then)
+    atomic_write(Path(path), lambda f: (write or torch.save)(obj, f), keep_previous, then, new)
 
 
 JSON_MAX_BYTES = 16 << 20  # a record the tool writes is a few KB (a ViT-H's init report: ~200 KB)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from .errors import first_line
 from .offsets import check_kernel_size
 from .report import MEASURED, LayerReport, Report, best_offsets
 
@@ -34,17 +35,41 @@ def layer_inputs(adapter: ModelAdapter, images: torch.Tensor | None) -> list[tor
     return inputs
 
 
+def checked_images(adapter: ModelAdapter, images: torch.Tensor) -> torch.Tensor:
+    """`images` on the model's device and dtype, or a ValueError (one line) where they are not images to
+    measure attention on: not (B, C, H, W), none, raw integer pixels, not finite."""
+    if not isinstance(images, torch.Tensor) or images.dim() != 4:
+        raise ValueError(f"images must be a (B, C, H, W) tensor, got {getattr(images, 'shape', type(images))}")
+    if not len(images):
+        raise ValueError("images: none given (a (0, C, H, W) tensor); give at least one")
+    if not images.is_floating_point():
+        raise ValueError(
+            f"images are {images.dtype}: give them as the model takes them, float and normalised "
+            "(e.g. (x / 255 - mean) / std, as timm's transforms do)"
+        )
+    if not bool(torch.isfinite(images).all()):
+        raise ValueError("images hold values that are not finite (NaN or inf): attention on them means nothing")
+    param = next(adapter.model.parameters())
+    return images.to(param.device, param.dtype)
+
+
+def fitted_inputs(adapter: ModelAdapter, images: torch.Tensor | None) -> list[torch.Tensor]:
+    """layer_inputs, where images that do not fit the model (channels, size) are one ValueError."""
+    try:
+        return layer_inputs(adapter, images)
+    except (RuntimeError, AssertionError) as error:
+        shape = tuple(images.shape) if images is not None else ()
+        raise ValueError(f"images of shape {shape} do not fit the model ({first_line(error)})") from None
+
+
 def _averaged_attention(adapter: ModelAdapter, images: torch.Tensor | None, batch_size: int) -> list[torch.Tensor]:
     """Per layer, the (heads, T, T) attention maps averaged over `images` (on the pseudo input when
     None), accumulated batch by batch so that memory does not grow with the number of images."""
     if images is not None:
-        if not isinstance(images, torch.Tensor) or images.dim() != 4:
-            raise ValueError(f"images must be a (B, C, H, W) tensor, got {getattr(images, 'shape', type(images))}")
-        param = next(adapter.model.parameters())
-        images = images.to(param.device, param.dtype)
+        images = checked_images(adapter, images)
     totals: list[torch.Tensor] = []
     for chunk in [None] if images is None else images.split(batch_size):
-        for i, (layer, x) in enumerate(zip(adapter.layers(), layer_inputs(adapter, chunk))):
+        for i, (layer, x) in enumerate(zip(adapter.layers(), fitted_inputs(adapter, chunk))):
             summed = layer.attention(x).float().sum(0)
             if i == len(totals):
                 totals.append(summed)
@@ -84,6 +109,12 @@ def measure_on_images(report: Report, model: nn.Module, images: torch.Tensor, ke
     measured = fidelity(model, images, kernel_size=kernel_size)
     from .adapters import get_adapter
 
+    heads = [len(layer.heads) for layer in report.layers]
+    if heads != [len(layer.heads) for layer in measured.layers]:
+        raise ValueError(
+            f"the report describes {len(heads)} layers of {heads} heads, the model {len(measured.layers)} layers: "
+            "give the report initialize returned for this model"
+        )
     adapter = get_adapter(model)
     tokens = adapter.grid[0] * adapter.grid[1] + adapter.num_prefix_tokens
     report.on_images = {
@@ -114,7 +145,7 @@ def attention_entropy(model: nn.Module, images: torch.Tensor) -> float:
 
     adapter = get_adapter(model)
     values = []
-    for layer, x in zip(adapter.layers(), layer_inputs(adapter, images)):
+    for layer, x in zip(adapter.layers(), fitted_inputs(adapter, checked_images(adapter, images))):
         attn = layer.attention(x).float().clamp_min(1e-12)
         values.append((-(attn * attn.log()).sum(-1) / torch.log(torch.tensor(float(attn.shape[-1])))).mean())
     return float(torch.stack(values).mean())

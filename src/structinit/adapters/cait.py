@@ -36,12 +36,15 @@ class CaitAttentionLayer(PackedQKVLayer):
         return (self.attn.proj_l, self.attn.proj_w) if isinstance(self.attn, TalkingHeadAttn) else None
 
     def attention(self, x: torch.Tensor) -> torch.Tensor:
+        """Each head's map; after talking heads that mix the maps (proj_w), signed weights, as the share of
+        their magnitude each key takes (as the Mixer's): a share is never below zero."""
         heads = self.talking_heads()
         if heads is None:
             return super().attention(x)
         proj_l, proj_w = heads  # Linear layers across the heads: (B, T, T, heads)
         logits = proj_l(self.logits(x).permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
-        return proj_w(torch.softmax(logits, dim=-1).permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        mixed = proj_w(torch.softmax(logits, dim=-1).permute(0, 2, 3, 1)).permute(0, 3, 1, 2).abs()
+        return mixed / mixed.sum(-1, keepdim=True).clamp_min(1e-30)  # the identity's maps: the softmax itself
 
 
 class CaitAdapter(ModelAdapter):

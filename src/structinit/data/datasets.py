@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..memory import check_fits
 from .digests import file_digests
 from .imagefolder import (
     SMALL_IMAGE_PX,
@@ -207,6 +208,13 @@ def resized(data: TensorData, size: int) -> TensorData:
     """The data with every image resized to `size` x `size` (bicubic, antialiased, as PIL resizes)."""
     if data.image_shape[1:] == (size, size):
         return data
+    splits = [x for x in (data.train_images, data.test_images, data.val_images) if x is not None]
+    count, channels = sum(len(x) for x in splits), data.image_shape[0]
+    check_fits(  # the resized uint8 images, and one split at a time in float32 while resizing
+        channels * size * size * (count + 4 * max(len(x) for x in splits)),
+        f"--img-size {size}: {count:,} images of {channels}x{size}x{size} in memory",
+        "give a smaller --img-size",
+    )
 
     def resize(images: torch.Tensor | None) -> torch.Tensor | None:
         if images is None:

@@ -17,6 +17,7 @@ import re
 
 import torch
 
+from ..memory import check_fits
 from .pillow_ops import blend, look_up, resample, wide_float
 from .transfer import to_device
 
@@ -104,6 +105,14 @@ class RandAugmentSpec:
             magnitude_std=math.inf if std > 100 else std,  # timm: above 100 means uniform
             magnitude_max=values.get("mmax") or None,
             increasing=bool(values.get("inc", 0)),
+        )
+
+    def check_draws(self, batch_size: int) -> None:
+        """RunError where a batch's draws (n ops an image) need more memory than is left."""
+        check_fits(
+            self.layers * batch_size * DRAW_BYTES,
+            f"--randaugment n{self.layers} ({self.layers:,} ops an image, drawn for batches of {batch_size})",
+            "give n of a few ops (timm's default: n2)",
         )
 
 

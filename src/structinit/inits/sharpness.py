@@ -32,6 +32,7 @@ from .threads import available_threads
 
 DECIMALS = 2  # the solve's mass is kept to 0.01 (docs/methods.md: its spread over the solve's seeds), in [0.01, 0.99]
 TABLE = Path(__file__).with_name("paper_sharpness.json")
+TABLE_TOLERANCE = 1e-4  # a float32 pseudo input within it of an entry's standard one takes the entry's value
 CACHE_FOLDER = "paper-sharpness"
 KEPT_LIMIT = 4096  # bytes: a kept value is a few lines
 NOTICE_SECONDS = 2.0  # a solve expected to take longer is announced
@@ -45,8 +46,9 @@ PROGRESS_BAR: contextvars.ContextVar[ProgressBar | None] = contextvars.ContextVa
 def paper_sharpness(pseudo: torch.Tensor, grid: tuple[int, int], heads: int, kernel_size: int) -> tuple[float, str]:
     """The sharpness for the grid tokens `pseudo` (T, D), and where it was found ("structinit's table",
     "the cache", "solved here")."""
+    tolerance = max(TABLE_TOLERANCE, 8 * torch.finfo(pseudo.dtype).eps)  # a half model's rounding: fp16 8e-3
     pseudo = pseudo.detach().to("cpu", torch.float32).contiguous()
-    tabled = table_value(pseudo, grid, heads, kernel_size)
+    tabled = table_value(pseudo, grid, heads, kernel_size, tolerance)
     if tabled is not None:
         return tabled, "structinit's table"
     digest = hashlib.sha256(pseudo.numpy().tobytes()).hexdigest()[:16]
@@ -93,14 +95,17 @@ def standard_pseudo(kind: str, grid: tuple[int, int], width: int, eps: float) ->
     return F.layer_norm(tokens, (width,), eps=eps)
 
 
-def table_value(pseudo: torch.Tensor, grid: tuple[int, int], heads: int, kernel_size: int) -> float | None:
-    """The shipped table's value for this pseudo input (equal to its entry's standard one within 1e-4)."""
+def table_value(
+    pseudo: torch.Tensor, grid: tuple[int, int], heads: int, kernel_size: int, tolerance: float = 1e-4
+) -> float | None:
+    """The shipped table's value for this pseudo input (equal to its entry's standard one within
+    `tolerance`: 1e-4, or the rounding of the dtype the model holds it in)."""
     for entry in _shipped()["entries"]:
         same = (entry["grid"], entry["width"], entry["heads"], entry["kernel"])
         if same != ([*grid], pseudo.shape[1], heads, kernel_size) or pseudo.shape[0] != grid[0] * grid[1]:
             continue
         standard = standard_pseudo(entry["kind"], grid, entry["width"], entry["eps"])
-        if torch.allclose(pseudo, standard, rtol=0.0, atol=1e-4):
+        if torch.allclose(pseudo, standard, rtol=0.0, atol=tolerance):
             return entry["mass"]
     return None
 

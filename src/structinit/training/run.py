@@ -29,6 +29,7 @@ from ..data.batches import batches_for
 from ..data.datasets import fingerprint
 from ..errors import Notice, RunError, first_line
 from ..files import folders_to_make, remove_empty_folders
+from ..memory import check_fits
 from ..weights_in import check_weights
 from .checkpoint import load_checkpoint, rng_state, set_rng_state
 from .config_file import config_values, read_config
@@ -38,7 +39,7 @@ from .loggers import Loggers
 from .ownership import clear_run
 from .progress import Progress
 from .provenance import environment
-from .recipe import Recipe, data_of, evaluate, feed_of, notices
+from .recipe import Recipe, data_of, data_size, evaluate, feed_of, notices
 from .rundir import RunDir
 from .settings import TrainConfig
 from .startup import batch_for_steps, measure_init, startup_lines
@@ -157,6 +158,12 @@ class Run:
                 f"--batch-size {config.batch_size} exceeds the {images} training images: give -b {images} or "
                 f"less (-b {batch_for_steps(images)}: {images // batch_for_steps(images)} steps an epoch)"
             )
+        channels, size = self.data.channels, data_size(config, self.data) or 0  # 0: the model's own size
+        check_fits(  # a batch, its augmented copy and the model's input, in float32
+            3 * 4 * batch * channels * size * size,
+            f"a batch of {batch} images of {channels}x{size}x{size}",
+            "give a smaller --batch-size or --img-size",
+        )
         feed = feed_of(config, world, show=world.main and not config.quiet)
         self.batches = batches_for(self.data, self.recipe.model, feed, self.device, self.recipe.mixup)
         self.startup: list[str] = []
@@ -176,7 +183,6 @@ class Run:
                     f"the data of {self.dir.out} ({self.config.data}) changed since its checkpoint (images added, "
                     "removed or replaced): resume it on the data it trained on, or start a new run"
                 )
-            check_weights(str(self.dir.checkpoint_path), checkpoint.get("model"), unwrap(self.recipe.model))
             try:
                 self.recipe.load(checkpoint)
                 set_rng_state(checkpoint["rng"])
@@ -185,6 +191,7 @@ class Run:
                     f"{self.dir.checkpoint_path} does not fit its run ({first_line(error)}): it was changed, or is "
                     "another run's; prev.pt, if present, holds the epoch before"
                 ) from None
+            check_weights(str(self.dir.checkpoint_path), checkpoint["model"], unwrap(self.recipe.model))
             start = self.checkpointed = checkpoint["epoch"]
         elif self.world.main:
             self.dir.start({**self.recipe.report.to_dict(), "startup": self.startup}, self.recipe.model)

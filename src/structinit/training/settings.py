@@ -6,10 +6,9 @@ and the grid's recipe hash all read these declarations; docs/layout.md shows how
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..inits.labels import InitSpec
 from .data_settings import DataSettings
@@ -35,11 +34,7 @@ from .setting import (
 )
 from .settings_yaml import MAX_BYTES
 
-if TYPE_CHECKING:
-    from ..data.randaugment import RandAugmentSpec
-
 SCHEDULES = ("cosine", "tanh", "step", "multistep", "poly")  # timm's schedules that need no metric
-EXAMPLES = ("adamw", "adam", "sgd", "momentum", "lamb", "lion", "nadamw")  # some of timm's optimisers
 COMPILE_HELP = "torch.compile the model (inductor); default: on CUDA only (--no-compile: eager there too)"
 COMPILE_MODE_HELP = "torch.compile's mode for training (reduce-overhead: CUDA graphs); giving one compiles"
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -270,6 +265,8 @@ def check_config(config: TrainConfig) -> None:
             f"--model-kwargs {', '.join(from_data)}: the data sets it (its classes and channels); "
             "--num-classes checks the data's classes"
         )
+    from .optimizer import check_optimizer, check_optimizer_options  # timm: loaded only once a run is checked
+
     check_optimizer(config.opt)
     if config.cooldown_epochs >= config.epochs:
         raise ValueError(
@@ -291,21 +288,9 @@ def check_config(config: TrainConfig) -> None:
     check_written_size(config)
     check_subsets(config)
     if config.randaugment:
-        check_draws(config, RandAugmentSpec.parse(config.randaugment))
+        RandAugmentSpec.parse(config.randaugment).check_draws(config.batch_size)
     if config.compile_mode is not None and config.compile is False:
         raise ValueError(f"--compile-mode {config.compile_mode} compiles the model: leave out --no-compile")
-
-
-def check_draws(config: TrainConfig, spec: RandAugmentSpec) -> None:
-    """RunError where a batch's RandAugment draws (n ops an image) need more memory than is left."""
-    from ..data.randaugment import DRAW_BYTES
-    from ..memory import check_fits
-
-    check_fits(
-        spec.layers * config.batch_size * DRAW_BYTES,
-        f"--randaugment {config.randaugment} ({spec.layers:,} ops an image, drawn for batches of {config.batch_size})",
-        "give n of a few ops (timm's default: n2)",
-    )
 
 
 def check_subsets(config: TrainConfig) -> None:
@@ -315,15 +300,6 @@ def check_subsets(config: TrainConfig) -> None:
         raise ValueError("give --per-class or --train-fraction, not both")
     if config.eval_final == "subset" and config.eval_per_class is None:
         raise ValueError("--eval-final subset evaluates on --eval-per-class's subset: give --eval-per-class K too")
-
-
-def check_optimizer(name: str) -> None:
-    """An optimiser timm's factory makes (a `lookahead_` prefix allowed, as timm takes it)."""
-    from timm.optim import list_optimizers
-
-    known = list_optimizers()
-    if name.removeprefix("lookahead_") not in known:
-        raise ValueError(f"--opt {name}: timm has no such optimiser; e.g. {', '.join(EXAMPLES)} ({len(known)} in all)")
 
 
 def check_written_size(config: TrainConfig) -> None:
@@ -336,21 +312,6 @@ def check_written_size(config: TrainConfig) -> None:
             f"{flag(longest)}: {written[longest]:,} characters; a run's settings must fit its config.yaml "
             f"({MAX_BYTES // 4 >> 10} KiB of them): give a shorter value"
         )
-
-
-def check_optimizer_options(config: TrainConfig) -> None:
-    """--opt-betas are two numbers in [0, 1), and --opt-betas/--opt-eps only for an optimiser that takes them."""
-    from timm.optim import get_optimizer_class
-
-    betas = config.opt_betas
-    if betas is not None and (len(betas) != 2 or not all(0 <= b < 1 for b in betas)):
-        raise ValueError(f"--opt-betas takes two numbers in [0, 1), e.g. 0.9,0.999, got {','.join(map(str, betas))}")
-    takes = inspect.signature(
-        get_optimizer_class(config.opt.removeprefix("lookahead_"), bind_defaults=False)
-    ).parameters
-    for name, value in (("betas", betas), ("eps", config.opt_eps)):
-        if value is not None and name not in takes:
-            raise ValueError(f"--opt-{name} given, but --opt {config.opt} takes no {name}: leave it out")
 
 
 SETTINGS: dict[str, Setting] = {f.name: f.metadata["setting"] for f in dataclasses.fields(TrainConfig)}
