@@ -1,8 +1,10 @@
-"""The adversarial probe of issue 60 (round four), kept so that the next round can rerun it and add its own:
-84 cases, each a command or a library call in a scratch directory; a case passes when it ends as expected
-(rc 0 doing what it should, or rc 2 with one line on stderr, no traceback, nothing left by a refusal).
+# ruff: noqa: E501  (one case a line: commands and code strings read best whole)
+"""The adversarial probes of issue 60 (round four: 84 cases) and issue 67 (round five: new triggers of its
+rules, below the first 84), kept so that the next round can rerun them and add its own. Each case is a
+command or a library call in a scratch directory; a case passes when it ends as expected (rc 0 doing what
+it should, or rc 2 with one line on stderr, no traceback, nothing left by a refusal).
 
-    .venv/bin/python benchmarks/probe_trust.py      # about 10 minutes on 2 cores; prints the counts and failures
+    .venv/bin/python benchmarks/probe_trust.py      # about 20 minutes on 2 cores; prints the counts and failures
 """
 
 import os
@@ -206,6 +208,233 @@ pyrun(
     "import structinit, timm\n" + VIT + "structinit.save_init(m, 's.pt')\ntry:\n structinit.save_init(m, 's.pt')\n"
     "except ValueError: print('OK')",
 )
+# --- round five (issue 67): new triggers of its rules, none of them the issue's own list
+DIG = ["--data", "digits", "--per-class", "5", "-b", "25", "--quiet", "--epochs", "1", "--warmup-epochs", "0"]
+MK = (
+    "import torch, timm\nfrom structinit.models import create_model\n"
+    "m = create_model('vit_digits', num_classes=10, in_chans=1, data_size=8)\nsd = dict(m.state_dict())\n"
+)
+QKV = "k = [n for n in sd if n.endswith('qkv.weight')][0]\n"
+
+
+def weights(name, change):
+    """A state dict of digits' default model, changed by `change` (Python on sd and k), saved as `name`."""
+    code = MK + QKV + change + f"\ntorch.save(sd, {name!r})\nprint('OK')"
+    subprocess.run([PY, "-c", code], check=True, capture_output=True)
+    return name
+
+
+def gone(name):
+    return lambda p: not Path(name).exists()
+
+
+# rule 3: weights, wherever they enter
+for tag, change in [
+    ("float64 tensor", "sd[k] = sd[k].double()"),
+    ("module. prefix", "sd = {'module.' + n: t for n, t in sd.items()}"),
+    ("inside state_dict_ema", "sd = {'state_dict_ema': sd}"),
+    ("a transposed view", "sd[k] = sd[k].t().contiguous().t()"),
+]:
+    run(
+        f"init-ckpt {tag} trains",
+        ["train", *DIG, "--initial-checkpoint", weights(f"{tag}.pt", change), "--out", tag],
+        (0,),
+    )
+for tag, change in [
+    ("a string value", "sd[k] = 'weights'"),
+    ("empty dict", "sd = {}"),
+    ("a list of tensors", "sd = list(sd.values())"),
+    ("int8 tensor", "sd[k] = sd[k].to(torch.int8)"),
+    ("float8 tensor", "sd[k] = sd[k].to(torch.float8_e4m3fn)"),
+    ("a -inf bias", "sd[k.replace('weight', 'bias')].fill_(float('-inf'))"),
+    ("a 2e6 entry", "sd[k][0, 0] = 2e6"),
+    ("missing head", "sd.pop('head.weight')"),
+    ("head of 11 classes", "sd['head.weight'] = torch.zeros(11, sd['head.weight'].shape[1])"),
+    ("a tensor on meta", "sd['head.bias'] = sd['head.bias'].to('meta')"),
+    ("a csr tensor", "sd[k] = sd[k].to_sparse_csr()"),
+]:
+    name = tag.replace(" ", "_")
+    run(
+        f"init-ckpt {tag}",
+        ["train", *DIG, "--initial-checkpoint", weights(f"{name}.pt", change), "--out", name],
+        (2,),
+        gone(name),
+    )
+for tag, blob in [
+    ("header length 2**40", (2**40).to_bytes(8, "little")),
+    ("header not JSON", (8).to_bytes(8, "little") + b"not json"),
+    ("header a JSON list", (8).to_bytes(8, "little") + b"[1,2,3] "),
+    ("an F8 dtype", None),
+    ("7 bytes", b"\x01" * 7),
+]:
+    if blob is None:
+        head = b'{"x":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}}'
+        head += b" " * (-len(head) % 8)
+        blob = len(head).to_bytes(8, "little") + head + b"\x00\x00"
+    name = tag.replace(" ", "_").replace("*", "") + ".safetensors"
+    Path(name).write_bytes(blob)
+    run(
+        f"safetensors {tag}",
+        ["train", *DIG, "--initial-checkpoint", name, "--out", "st_" + name],
+        (2,),
+        gone("st_" + name),
+    )
+    pyrun(
+        f"load_init of safetensors {tag}",
+        f"import structinit\ntry:\n structinit.load_init({name!r})\nexcept ValueError as e: print('OK', e)",
+    )
+subprocess.run([S, "init", "vit_digits", "--save", "digits.safetensors"], check=True, capture_output=True)
+pyrun(
+    "load_init: the record's seed edited keeps its sha256 check",
+    "import structinit, json\nfrom safetensors import safe_open\nfrom safetensors.torch import load_file, save_file\n"
+    "r = dict(safe_open('digits.safetensors', 'pt').metadata()); r['weights_sha256'] = 'ab' * 32\n"
+    "save_file(load_file('digits.safetensors'), 'edited.safetensors', metadata=r)\n"
+    "try:\n structinit.load_init('edited.safetensors')\nexcept ValueError as e: print('OK', e)",
+)
+pyrun(
+    "load_init: a safetensors of another tool has no record to build from",
+    "import structinit, torch\nfrom safetensors.torch import save_file\nsave_file({'w': torch.ones(2)}, 'other.safetensors')\n"
+    "try:\n structinit.load_init('other.safetensors')\nexcept ValueError as e: print('OK', e)",
+)
+pyrun(
+    "save_init of a load_init model, as .pt too",
+    "import structinit\nm, r = structinit.load_init('digits.safetensors')\nstructinit.save_init(m, 'again.pt')\n"
+    "structinit.save_init(m, 'again.safetensors'); print('OK')",
+)
+run("teacher a FIFO", ["init", "vit_digits", "--init", "select", "--teacher", "fifo.pt"], (2,))
+run("teacher a .txt file", ["init", "vit_digits", "--init", "select", "--teacher", "weights.txt"], (2,))
+run("teacher non-finite", ["init", "vit_digits", "--init", "select", "--teacher", "a_-inf_bias.pt"], (2,))
+run("teacher a csr file", ["init", "vit_digits", "--init", "select", "--teacher", "a_csr_tensor.pt"], (2,))
+r = copy("r8")
+subprocess.run(
+    [
+        PY,
+        "-c",
+        "import torch; c = torch.load('r8/last.pt', weights_only=True)\n"
+        "c['model'] = {n: (t.long() if n == 'head.weight' else t) for n, t in c['model'].items()}\n"
+        "torch.save(c, 'r8/last.pt')",
+    ],
+    check=True,
+)
+run("resume: last.pt with an int64 head", ["train", "--resume", "--out", "r8", "--epochs", "2"], (2,))
+run("attention: last.pt with an int64 head", ["attention", "r8", "--out", "r8.png"], (2,), gone("r8.png"))
+r = copy("r9")
+subprocess.run(
+    [
+        PY,
+        "-c",
+        "import torch; c = torch.load('r9/last.pt', weights_only=True)\n"
+        "c['model']['head.bias'].fill_(float('nan')); torch.save(c, 'r9/last.pt')",
+    ],
+    check=True,
+)
+run("attention: last.pt with a NaN head", ["attention", "r9", "--out", "r9.png"], (2,), gone("r9.png"))
+run("teacher: a run whose last.pt is NaN", ["init", "vit_digits", "--init", "select", "--teacher", "r9"], (2,))
+shutil.copy("float64_tensor.pt", "gone.pt")
+subprocess.run([S, "train", *DIG, "--initial-checkpoint", "gone.pt", "--out", "rg"], check=True, capture_output=True)
+os.remove("gone.pt")
+run("resume after the initial file is gone", ["train", "--resume", "--out", "rg", "--epochs", "2"], (0,))
+run("attention after the initial file is gone", ["attention", "rg", "--out", "rg.png"], (0,))
+# rule 4: memory estimated before it is allocated
+run(
+    "init: a 10^7-wide model", ["init", "vit_tiny_patch16_224", "--model-kwargs", "embed_dim=9999999,num_heads=1"], (2,)
+)
+run("init: 10^9 classes on a digits model", ["init", "vit_digits", "--num-classes", "1000000000"], (2,))
+run("train: --img-size 20000", ["train", *DIG, "--img-size", "20000", "--out", "big1"], (2,), gone("big1"))
+run("train: rand-n100000000 at -b 25", ["train", *DIG, "--aa", "rand-n100000000", "--out", "big2"], (2,), gone("big2"))
+run(
+    "train: mlp_ratio 1e6",
+    ["train", *DIG, "--model-kwargs", "mlp_ratio=1000000.0", "--out", "big3"],
+    (2,),
+    gone("big3"),
+)
+run(
+    "compare: 10^8-wide grid model",
+    ["compare", *T, "--model-kwargs", "embed_dim=99999999", "--inits", "timm", "--seeds", "0", "--out", "big4"],
+    (2,),
+)
+# rule 5: values timm reads otherwise
+for kw in [
+    "no_embed_class=yes",
+    "qkv_bias=n",
+    "class_token=OFF",
+    "mlp_ratio=-inf",
+    "init_values=nan",
+    "drop_rate=Infinity",
+]:
+    run(f"model-kwargs {kw}", ["train", *DIG, "--model-kwargs", kw, "--out", "kw"], (2,), gone("kw"))
+run("model-kwargs qkv_bias=False trains", ["train", *DIG, "--model-kwargs", "qkv_bias=False", "--out", "kwf"], (0,))
+for spec in ["rand-n2-n3", "rand-inc1-inc0", "rand-p0.5-p0.2", "rand-mmax10-mmax5"]:
+    run(f"randaugment {spec}", ["train", *DIG, "--aa", spec, "--out", "ra"], (2,), gone("ra"))
+run(
+    "--output and --out differ",
+    ["train", *DIG, "--output", "o1", "--out", "o2"],
+    (2,),
+    lambda p: not Path("o1").exists() and not Path("o2").exists(),
+)
+run("--torchcompile and --compile agree", ["train", *DIG, "--no-compile", "--out", "cc"], (0,))
+run("-b and --batch-size differ", ["train", *DIG, "-b", "5", "--batch-size", "25", "--out", "bb"], (2,), gone("bb"))
+run(
+    "--model-ema-decay and --ema-decay differ",
+    ["train", *DIG, "--ema-decay", "0.9", "--model-ema-decay", "0.99", "--out", "em"],
+    (2,),
+)
+# the unnamed kinds' kin: optimisers, sizes, mixed maps
+for opt in ["lookahead_adahessian", "bnbsgd8bit", "fusedlamb", "fusednovograd"]:
+    run(f"--opt {opt} on a CPU", ["train", *DIG, "--opt", opt, "--out", "op"], (2,), gone("op"))
+run("--opt lookahead_lion trains", ["train", *DIG, "--opt", "lookahead_lion", "--out", "opl"], (0,))
+run(
+    "init cait with kaiming: shares within [0, 1]",
+    ["init", "cait_xxs24_224", "--model-kwargs", "img_size=32,patch_size=4,depth=1", "--init", "kaiming"],
+    (0,),
+    lambda p: "-0." not in p.stdout,
+)
+IMG = "import structinit, timm, torch\nm = timm.create_model('vit_tiny_patch16_224', img_size=32, patch_size=4, depth=1)\nr = structinit.initialize(m, 'mimetic')\n"
+for tag, images in [
+    ("int32 images", "torch.zeros(2, 3, 32, 32, dtype=torch.int32)"),
+    ("inf images", "torch.full((2, 3, 32, 32), float('inf'))"),
+    ("a 5-d tensor", "torch.zeros(1, 2, 3, 32, 32)"),
+    ("a list", "[torch.zeros(3, 32, 32)]"),
+    ("2 channels", "torch.zeros(2, 2, 32, 32)"),
+    ("48 px", "torch.zeros(2, 3, 48, 48)"),
+]:
+    pyrun(
+        f"measure_on_images: {tag}",
+        IMG + f"try:\n structinit.measure_on_images(r, m, {images})\nexcept ValueError as e: print('OK', e)",
+    )
+pyrun(
+    "measure_on_images: a report of another width",
+    IMG + "o = timm.create_model('vit_tiny_patch16_224', img_size=32, patch_size=4, depth=2)\n"
+    "try:\n structinit.measure_on_images(r, o, torch.zeros(2, 3, 32, 32))\nexcept ValueError as e: print('OK', e)",
+)
+pyrun(
+    "fidelity on a (0, 3, 32, 32) batch",
+    IMG + "try:\n structinit.fidelity(m, torch.zeros(0, 3, 32, 32))\nexcept ValueError as e: print('OK', e)",
+)
+pyrun(
+    "a bf16 ViT-Ti takes the table in seconds",
+    "import structinit, timm, time, torch, os, tempfile\nos.environ['STRUCTINIT_CACHE'] = tempfile.mkdtemp()\n"
+    "m = timm.create_model('vit_tiny_patch16_224').bfloat16(); t = time.time(); r = structinit.initialize(m, 'impulse')\n"
+    "print('OK' if time.time() - t < 10 and 'table' in r.source['target_fidelity'] else 'slow')",
+)
+# writes: rule 1's kin
+pyrun(
+    "8 threads saving one new .pt: one saves",
+    "import structinit, timm, threading\nm = timm.create_model('vit_tiny_patch16_224', img_size=16, patch_size=4, depth=1)\n"
+    "out = []\ndef go():\n try:\n  structinit.save_init(m, 'race.pt'); out.append(1)\n except ValueError: out.append(0)\n"
+    "ts = [threading.Thread(target=go) for _ in range(8)]\n[t.start() for t in ts]; [t.join() for t in ts]\n"
+    "import os\nprint('OK' if sum(out) == 1 and not [f for f in os.listdir('.') if f.startswith('.race')] else out)",
+)
+pyrun(
+    "save_init overwrite=True from 4 threads leaves one whole file",
+    "import structinit, timm, threading, torch\nm = timm.create_model('vit_tiny_patch16_224', img_size=16, patch_size=4, depth=1)\n"
+    "ts = [threading.Thread(target=lambda: structinit.save_init(m, 'over.pt', overwrite=True)) for _ in range(4)]\n"
+    "[t.start() for t in ts]; [t.join() for t in ts]\n"
+    "print('OK' if torch.load('over.pt', weights_only=True).keys() == m.state_dict().keys() else 'torn')",
+)
+os.mkfifo("out.fifo")
+run("rank --out a FIFO", ["rank", "base", "--out", "out.fifo"], (2,))
+run("init --json a directory-as-file path", ["init", "vit_digits", "--json", "afile/x.json"], (2,))
 bad = [r for r in results if not r[1]]
 print(f"{len(results)} cases, {len(results) - len(bad)} pass, {len(bad)} fail")
 for name, _ok, rc, last in bad:

@@ -52,23 +52,32 @@ def size_text(nbytes: float) -> str:
 
 @contextlib.contextmanager
 def allocations_checked(what: str, fix: str) -> Iterator[None]:
-    """Within it, each tensor a factory (torch.empty, zeros, ...) would allocate in the CPU's memory is
-    checked against the room left first: `check_fits` refuses it before torch allocates it."""
-    with _FactoryGuard(what, fix):
+    """Within it, the tensors factories (torch.empty, zeros, ...) allocate in the CPU's memory are counted
+    against the room left when it began: the one that would take the total past it is refused (`check_fits`'s
+    line) before torch allocates it, whether one huge tensor or a great many small ones."""
+    with _FactoryGuard(what, fix, available_bytes()):
         yield
 
 
 class _FactoryGuard(TorchFunctionMode):
-    def __init__(self, what: str, fix: str) -> None:
+    def __init__(self, what: str, fix: str, room: int | None) -> None:
         super().__init__()
-        self.what, self.fix = what, fix
+        self.what, self.fix, self.room, self.total = what, fix, room, 0
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
-        if func in FACTORIES:
-            nbytes = _factory_bytes(args, kwargs)
-            if nbytes is not None and nbytes > 2**26:  # under 64 MB: never the allocation that fails
-                check_fits(nbytes, f"{self.what} (a tensor of {nbytes // _itemsize(kwargs):,} values)", self.fix)
+        if func in FACTORIES and self.room is not None:
+            nbytes = _factory_bytes(args, kwargs) or 0
+            self.total += nbytes
+            if self.total > self.room:
+                values = (
+                    f"a tensor of {nbytes // _itemsize(kwargs):,} values" if nbytes > self.room // 2 else "its tensors"
+                )
+                have = size_text(self.room)
+                raise RunError(
+                    f"{self.what} ({values}) needs {size_text(self.total)} of memory or more, and this process "
+                    f"can have {have}: {self.fix}"
+                )
         return func(*args, **kwargs)
 
 
