@@ -330,7 +330,7 @@ subprocess.run(
 )
 run("attention: last.pt with a NaN head", ["attention", "r9", "--out", "r9.png"], (2,), gone("r9.png"))
 run("teacher: a run whose last.pt is NaN", ["init", "vit_digits", "--init", "select", "--teacher", "r9"], (2,))
-shutil.copy("float64_tensor.pt", "gone.pt")
+shutil.copy("float64 tensor.pt", "gone.pt")
 subprocess.run([S, "train", *DIG, "--initial-checkpoint", "gone.pt", "--out", "rg"], check=True, capture_output=True)
 os.remove("gone.pt")
 run("resume after the initial file is gone", ["train", "--resume", "--out", "rg", "--epochs", "2"], (0,))
