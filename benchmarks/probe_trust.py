@@ -234,6 +234,7 @@ for tag, change in [
     ("module. prefix", "sd = {'module.' + n: t for n, t in sd.items()}"),
     ("inside state_dict_ema", "sd = {'state_dict_ema': sd}"),
     ("a transposed view", "sd[k] = sd[k].t().contiguous().t()"),
+    ("float8 tensor", "sd[k] = sd[k].to(torch.float8_e4m3fn)"),
 ]:
     run(
         f"init-ckpt {tag} trains",
@@ -245,9 +246,9 @@ for tag, change in [
     ("empty dict", "sd = {}"),
     ("a list of tensors", "sd = list(sd.values())"),
     ("int8 tensor", "sd[k] = sd[k].to(torch.int8)"),
-    ("float8 tensor", "sd[k] = sd[k].to(torch.float8_e4m3fn)"),
     ("a -inf bias", "sd[k.replace('weight', 'bias')].fill_(float('-inf'))"),
     ("a 2e6 entry", "sd[k][0, 0] = 2e6"),
+    ("a NaN in float8", "sd[k] = sd[k].clone(); sd[k][0, 0] = float('nan'); sd[k] = sd[k].to(torch.float8_e4m3fn)"),
     ("missing head", "sd.pop('head.weight')"),
     ("head of 11 classes", "sd['head.weight'] = torch.zeros(11, sd['head.weight'].shape[1])"),
     ("a tensor on meta", "sd['head.bias'] = sd['head.bias'].to('meta')"),

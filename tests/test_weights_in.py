@@ -225,3 +225,14 @@ def test_out_of_memory_nothing_foresaw_is_one_line(monkeypatch, capsys):
     assert main(["init", "vit_digits"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["structinit init: error: out of memory: ask for less (a smaller model, batch or image size)"]
+
+
+def test_float8_weights_are_checked_in_float32_and_load(tmp_path):
+    state = {name: t.clone() for name, t in tiny().state_dict().items()}
+    state[qkv(state)] = state[qkv(state)].to(torch.float8_e4m3fn)
+    torch.save(state, tmp_path / "f8.pt")
+    load_weights(tiny(), tmp_path / "f8.pt")
+    state[qkv(state)] = torch.full(state[qkv(state)].shape, float("nan")).to(torch.float8_e4m3fn)
+    torch.save(state, tmp_path / "f8nan.pt")
+    with pytest.raises(ValueError, match="holds values that are not finite"):
+        load_weights(tiny(), tmp_path / "f8nan.pt")

@@ -26,6 +26,7 @@ from .memory import check_fits
 SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".pth.tar")  # any case: timm writes checkpoint-3.pth.tar
 HEADER_LIMIT = 100_000_000  # the safetensors format's own bound on its header
 LARGEST = 1e6  # a weight beyond it overflows a forward pass; trained ViTs stay within 1e3
+COMMON_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 STATE_KEYS = ("state_dict", "model", "state_dict_ema")  # where timm's and structinit's checkpoints keep weights
 SAFETENSORS_DTYPES = {
     "F64": torch.float64,
@@ -109,7 +110,8 @@ def _fault(tensor: Any, mine: torch.Tensor | None) -> tuple[str, str]:
 def _check_values(label: str, state: Mapping) -> None:
     for name, tensor in state.items():
         if tensor.is_floating_point() and tensor.numel():
-            low, high = torch.aminmax(tensor.detach())
+            wide = tensor.detach() if tensor.dtype in COMMON_FLOATS else tensor.detach().float()  # float8: no aminmax
+            low, high = torch.aminmax(wide)
             if not (float(low) >= -LARGEST and float(high) <= LARGEST):  # NaN fails both
                 worst = float(high) if math.isnan(float(high)) or abs(float(high)) > abs(float(low)) else float(low)
                 what = (
