@@ -62,8 +62,15 @@ def test_imagefolder_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_data(f"imagefolder:{tmp_path / 'nothing'}")
     make_imagefolder(tmp_path / "only_train", 8, splits=("train",))
-    with pytest.raises(FileNotFoundError, match=r"must hold train/ and test/ \(or val/\)"):
+    with pytest.raises(FileNotFoundError, match=r"must hold a training folder \(train/, training/\) and an evaluation"):
         load_data(f"imagefolder:{tmp_path / 'only_train'}")
+
+
+@pytest.mark.parametrize("train, evaluation", [("train", "validation"), ("training", "val"), ("train", "eval")])
+def test_timms_split_folder_names_are_found(tmp_path, train, evaluation):
+    make_imagefolder(tmp_path / "d", 8, splits=(train, evaluation))
+    data = load_data(f"imagefolder:{tmp_path / 'd'}")
+    assert len(data.train_labels) == 8 and len(data.test_labels) == 8
 
 
 def test_a_corrupt_image_is_named(tmp_path):

@@ -25,15 +25,24 @@ SHARED_TEST_IMAGES = 0.01
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".gif", ".tif", ".tiff", ".webp"}
 
 
+# the split folders, by the names timm's folder reader searches (its train/ and validation/ among them), in order
+TRAIN_SPLITS = ("train", "training")
+EVAL_SPLITS = ("test", "val", "validation", "valid", "eval", "evaluation")
+
+
 def split_dirs(path: Path) -> tuple[Path, Path]:
+    """The training and the evaluation folder of an image folder tree: the first of each list's names there."""
     if path.exists() and not path.is_dir():
         raise NotADirectoryError(f"dataset directory {path} is a file, not a directory of train/ and test/")
     if not path.is_dir():
         raise FileNotFoundError(f"dataset directory {path} does not exist")
-    train = path / "train"
-    test = next((path / d for d in ("test", "val") if (path / d).is_dir()), None)
-    if not train.is_dir() or test is None:
-        raise FileNotFoundError(f"{path} must hold train/ and test/ (or val/) folders of class subfolders")
+    train = next((path / d for d in TRAIN_SPLITS if (path / d).is_dir()), None)
+    test = next((path / d for d in EVAL_SPLITS if (path / d).is_dir()), None)
+    if train is None or test is None:
+        raise FileNotFoundError(
+            f"{path} must hold a training folder ({'/, '.join(TRAIN_SPLITS)}/) and an evaluation folder "
+            f"({'/, '.join(EVAL_SPLITS)}/), each of class subfolders"
+        )
     return train, test
 
 
