@@ -24,3 +24,15 @@ def test_the_layout_lists_every_module():
     listed = set(re.findall(r"[\w]+\.py", layout))
     modules = {p.name for p in PACKAGE.rglob("*.py") if p.name != "__init__.py"}
     assert not sorted(modules - listed), f"docs/layout.md lists no {sorted(modules - listed)}"
+
+
+def test_an_unknown_flag_points_to_the_subcommands_help_and_timms_split_flags_say_where_folders_go(capsys):
+    from structinit.cli import main
+
+    assert main(["train", "--grad-accum-step", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "structinit train: error: unrecognized arguments: --grad-accum-step (structinit train --help lists the flags)"
+    ]
+    assert main(["train", "--val-split", "validation"]) == 2
+    assert "the evaluation folder is DIR/test (or timm's val/, validation/, eval/)" in capsys.readouterr().err

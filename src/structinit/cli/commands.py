@@ -271,9 +271,22 @@ AFTER_INTERRUPT["demo"] = AFTER_INTERRUPT["choose"] = AFTER_INTERRUPT["compare"]
 EXTRAS = {"matplotlib": "train", "sklearn": "train", "tensorboard": "log", "wandb": "log"}
 
 
+# timm train.py flags this trainer does not take, and what to do instead
+UNTAKEN = {
+    "--train-split": "the training folder is DIR/train (or timm's training/)",
+    "--val-split": "the evaluation folder is DIR/test (or timm's val/, validation/, eval/)",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()  # a budget (choose --minutes) counts from here, before torch and timm load
-    args = build_parser().parse_args(argv)
+    args, unknown = build_parser().parse_known_args(argv)
+    if unknown:  # the subcommand's flags are where its help lists them, not `structinit --help`
+        hint = "".join(f"; {UNTAKEN[flag]}" for flag in unknown if flag in UNTAKEN)
+        return fail(
+            args.command,
+            f"unrecognized arguments: {' '.join(unknown)}{hint} (structinit {args.command} --help lists the flags)",
+        )
     args.started = started
     if getattr(args, "out", None) == "":  # Path("") is the current directory
         return fail(args.command, "--out is empty: name where to write, e.g. --out runs/mine")
