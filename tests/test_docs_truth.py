@@ -36,3 +36,19 @@ def test_an_unknown_flag_points_to_the_subcommands_help_and_timms_split_flags_sa
     ]
     assert main(["train", "--val-split", "validation"]) == 2
     assert "the evaluation folder is DIR/test (or timm's val/, validation/, eval/)" in capsys.readouterr().err
+
+
+def test_the_digits_preset_is_built_alike_by_init_and_train_and_a_misfit_names_the_keywords(tmp_path, capsys):
+    from structinit.cli import main
+
+    train = ["train", "--data", "digits", "--per-class", "5", "-b", "25", "--epochs", "1", "--quiet"]
+    assert main(["init", "vit_digits", "--init", "timm", "--save", str(tmp_path / "d.safetensors")]) == 0
+    assert main([*train, "--initial-checkpoint", str(tmp_path / "d.safetensors"), "--out", str(tmp_path / "r")]) == 0
+    wide = ["init", "vit_digits", "--init", "timm", "--num-classes", "1000", "--model-kwargs", "in_chans=3"]
+    assert main([*wide, "--save", str(tmp_path / "w.safetensors")]) == 0
+    capsys.readouterr()
+    assert main([*train, "--initial-checkpoint", str(tmp_path / "w.safetensors"), "--out", str(tmp_path / "q")]) == 2
+    assert (
+        "save them for this data with --model-kwargs in_chans=1,num_classes=10 (the file's: in_chans 3, "
+        "num_classes 1000)" in capsys.readouterr().err
+    )

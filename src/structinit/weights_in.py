@@ -80,7 +80,7 @@ def check_weights(label: str, state: Any, model: nn.Module | None = None, saved:
     if model is not None:
         wrong = misfits(model, state)
         if wrong:
-            raise ValueError(f"{label} does not fit the model ({wrong}): give the weights of this model")
+            raise ValueError(f"{label} does not fit the model ({wrong}): {keyword_hint(model, state)}")
     _check_values(label, state)
     if saved is not None and saved != weights_sha256(state):
         raise ValueError(
@@ -118,6 +118,21 @@ def _check_values(label: str, state: Mapping) -> None:
                     "values that are not finite" if not math.isfinite(worst) else f"{worst:.3g} (beyond +-{LARGEST:g})"
                 )
                 raise ValueError(f"{label}: {name} holds {what}: not weights to train from")
+
+
+def keyword_hint(model: nn.Module, state: Mapping[str, torch.Tensor]) -> str:
+    """What to do about weights of another model: the keyword to save them with where the channels or the
+    classes alone differ (`init vit_digits` built 3 channels for 1000 classes before 0.5.0)."""
+    own, wanted, found = model.state_dict(), [], []
+    for name, axis, keyword in (("patch_embed.proj.weight", 1, "in_chans"), ("head.weight", 0, "num_classes")):
+        theirs, mine = state.get(name), own.get(name)
+        both = theirs is not None and mine is not None and theirs.dim() == mine.dim() > axis
+        if both and theirs.shape[axis] != mine.shape[axis]:
+            wanted.append(f"{keyword}={mine.shape[axis]}")
+            found.append(f"{keyword} {theirs.shape[axis]}")
+    if wanted:
+        return f"save them for this data with --model-kwargs {','.join(wanted)} (the file's: {', '.join(found)})"
+    return "give the weights of this model"
 
 
 def misfits(model: nn.Module, state: Mapping[str, torch.Tensor]) -> str:
@@ -163,7 +178,7 @@ def _safetensors(path: Path, label: str, model: nn.Module | None) -> tuple[dict,
     if model is not None:
         wrong = misfits(model, header)
         if wrong:
-            raise ValueError(f"{label} does not fit the model ({wrong}): give the weights of this model")
+            raise ValueError(f"{label} does not fit the model ({wrong}): {keyword_hint(model, header)}")
     nbytes = sum(t.numel() * t.element_size() for t in header.values())
     check_fits(nbytes, f"reading {path.name}", "free memory, or read it on a larger machine")
     try:

@@ -27,9 +27,14 @@ class Assignments(argparse.Action):
 ASSIGNMENTS = {"nargs": "+", "action": Assignments}
 
 
+# a preset named for its data: `init` builds it for that data's classes and channels, as `train` does, so
+# that `init vit_digits --save` feeds `train --data digits --initial-checkpoint`
+PRESET_DATA = {"vit_digits": (10, 1)}
+
+
 def init_model_kwargs(args: argparse.Namespace) -> tuple[dict[str, Any], int, int]:
     """`init`'s timm keywords, classes and channels: --model-kwargs, with --num-classes and --img-size
-    (which must agree with the keywords where both name one)."""
+    (which must agree with the keywords where both name one); a preset named for its data takes its data's."""
     kwargs = parse_assignments(args.model_kwargs, "--model-kwargs")
     for name, value in (("num_classes", args.num_classes), ("img_size", args.img_size)):
         if value is None:
@@ -37,4 +42,5 @@ def init_model_kwargs(args: argparse.Namespace) -> tuple[dict[str, Any], int, in
         if name in kwargs and kwargs[name] != value:
             raise ValueError(f"--{name.replace('_', '-')} {value} and --model-kwargs {name}={kwargs[name]}: give one")
         kwargs[name] = value
-    return kwargs, kwargs.pop("num_classes", 1000), kwargs.pop("in_chans", 3)
+    classes, channels = PRESET_DATA.get(getattr(args, "model", None) or "", (1000, 3))  # else timm's defaults
+    return kwargs, kwargs.pop("num_classes", classes), kwargs.pop("in_chans", channels)
