@@ -43,6 +43,17 @@ def check_fits(nbytes: int, what: str, fix: str) -> None:
         )
 
 
+def check_images_fit(splits: list[torch.Tensor], size: int) -> None:
+    """RunError where `splits` of images resized to `size` x `size` would not fit: the resized uint8
+    images, and one split at a time in float32 while resizing."""
+    count, channels = sum(len(x) for x in splits), splits[0].shape[1]
+    check_fits(
+        channels * size * size * (count + 4 * max(len(x) for x in splits)),
+        f"--img-size {size}: {count:,} images of {channels}x{size}x{size} in memory",
+        "give a smaller --img-size",
+    )
+
+
 def size_text(nbytes: float) -> str:
     """Bytes as people read them: 77.0 GB, 512.0 MB."""
     units = ("bytes", "KB", "MB", "GB", "TB", "PB")

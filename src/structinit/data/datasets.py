@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..memory import check_fits
+from ..memory import check_images_fit
 from .digests import file_digests
 from .imagefolder import (
     SMALL_IMAGE_PX,
@@ -43,7 +43,7 @@ TORCHVISION_SETS = {
 IN_MEMORY_SETS = {"digits", "cifar10", "cifar100", "svhn", "stl10"}
 DATASETS_HELP = (
     "digits | imagefolder:PATH | cifar10 | cifar100 | svhn | stl10 | flowers102 | pets | food101 | imagenet:PATH, "
-    "or NAME:PATH for an ImageFolder copy of a named set (PATH/train and PATH/test or PATH/val)"
+    "or NAME:PATH for an ImageFolder copy of a named set (PATH/train and PATH/test, or timm's split names)"
 )
 
 
@@ -208,13 +208,7 @@ def resized(data: TensorData, size: int) -> TensorData:
     """The data with every image resized to `size` x `size` (bicubic, antialiased, as PIL resizes)."""
     if data.image_shape[1:] == (size, size):
         return data
-    splits = [x for x in (data.train_images, data.test_images, data.val_images) if x is not None]
-    count, channels = sum(len(x) for x in splits), data.image_shape[0]
-    check_fits(  # the resized uint8 images, and one split at a time in float32 while resizing
-        channels * size * size * (count + 4 * max(len(x) for x in splits)),
-        f"--img-size {size}: {count:,} images of {channels}x{size}x{size} in memory",
-        "give a smaller --img-size",
-    )
+    check_images_fit([x for x in (data.train_images, data.test_images, data.val_images) if x is not None], size)
 
     def resize(images: torch.Tensor | None) -> torch.Tensor | None:
         if images is None:
@@ -320,8 +314,7 @@ def _torchvision(name: str, root: Path, download: bool, train: bool):
 
     cls = getattr(tvd, TORCHVISION_SETS[name])
     if name in ("svhn", "stl10", "flowers102", "food101"):
-        split = {"flowers102": "train" if train else "test"}.get(name, "train" if train else "test")
-        kwargs = {"split": split}
+        kwargs = {"split": "train" if train else "test"}
     elif name == "pets":
         kwargs = {"split": "trainval" if train else "test"}
     else:
@@ -344,8 +337,7 @@ def _torchvision_arrays(name: str, root: Path, download: bool) -> TensorData:
         data = torch.from_numpy(np.asarray(ds.data))
         if data.shape[-1] == 3:  # (N, H, W, C) -> (N, C, H, W)
             data = data.permute(0, 3, 1, 2)
-        labels = getattr(ds, "targets", None)
-        labels = labels if labels is not None else ds.labels
+        labels = ds.targets if getattr(ds, "targets", None) is not None else ds.labels
         arrays += [data.contiguous(), torch.as_tensor(np.asarray(labels), dtype=torch.int64)]
     classes = list(getattr(sets[0], "classes", [str(i) for i in range(int(arrays[1].max()) + 1)]))
     return TensorData(name, *arrays, classes)

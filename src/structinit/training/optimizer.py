@@ -13,8 +13,6 @@ from timm.scheduler import create_scheduler_v2
 from timm.scheduler.scheduler import Scheduler
 from torch import nn
 
-EXAMPLES = ("adamw", "adam", "sgd", "momentum", "lamb", "lion", "nadamw")  # some of timm's optimisers
-
 if TYPE_CHECKING:
     from .settings import TrainConfig
 
@@ -60,48 +58,3 @@ def create_schedule(optimizer: torch.optim.Optimizer, config: TrainConfig, steps
         updates_per_epoch=1,
     )
     return scheduler
-
-
-def check_optimizer(name: str) -> None:
-    """An optimiser timm's factory makes (a `lookahead_` prefix allowed, as timm takes it)."""
-    from timm.optim import list_optimizers
-
-    known = list_optimizers()
-    if name.removeprefix("lookahead_") not in known:
-        raise ValueError(f"--opt {name}: timm has no such optimiser; e.g. {', '.join(EXAMPLES)} ({len(known)} in all)")
-
-
-def runnable_optimizer(config: TrainConfig) -> str:
-    """--opt's optimiser (lookahead_ dropped), where this trainer can run it: timm lists second-order ones
-    (adahessian: backward(create_graph=True)) and ones only a CUDA GPU with bitsandbytes or apex runs."""
-    from timm.optim import get_optimizer_info
-
-    name = config.opt.removeprefix("lookahead_")
-    info = get_optimizer_info(name)
-    if info.second_order:
-        raise ValueError(
-            f"--opt {config.opt} is second-order (gradients of gradients), which this trainer does not take"
-        )
-    package = str(info.opt_class).partition(".")[0] if isinstance(info.opt_class, str) else ""
-    if package in ("apex", "bitsandbytes") and (config.device.startswith(("cpu", "mps")) or not cuda_available()):
-        raise ValueError(f"--opt {config.opt} is {package}'s: it runs on a CUDA GPU only (pip install {package})")
-    return name
-
-
-def cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def check_optimizer_options(config: TrainConfig) -> None:
-    """--opt-betas are two numbers in [0, 1), and --opt-betas/--opt-eps only for an optimiser that takes them."""
-    from timm.optim import get_optimizer_class
-
-    betas = config.opt_betas
-    if betas is not None and (len(betas) != 2 or not all(0 <= b < 1 for b in betas)):
-        raise ValueError(f"--opt-betas takes two numbers in [0, 1), e.g. 0.9,0.999, got {','.join(map(str, betas))}")
-    takes = inspect.signature(get_optimizer_class(runnable_optimizer(config), bind_defaults=False)).parameters
-    for name, value in (("betas", betas), ("eps", config.opt_eps)):
-        if value is not None and name not in takes:
-            raise ValueError(f"--opt-{name} given, but --opt {config.opt} takes no {name}: leave it out")

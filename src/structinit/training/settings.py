@@ -265,7 +265,7 @@ def check_config(config: TrainConfig) -> None:
             f"--model-kwargs {', '.join(from_data)}: the data sets it (its classes and channels); "
             "--num-classes checks the data's classes"
         )
-    from .optimizer import check_optimizer, check_optimizer_options  # timm: loaded only once a run is checked
+    from .optimizer_checks import check_optimizer, check_optimizer_options  # timm: loaded once a run is checked
 
     check_optimizer(config.opt)
     if config.cooldown_epochs >= config.epochs:
@@ -284,7 +284,7 @@ def check_config(config: TrainConfig) -> None:
     milestones = config.decay_milestones
     if any(m < 1 for m in milestones) or milestones != sorted(set(milestones)):
         raise ValueError(f"--decay-milestones takes increasing epochs >= 1, got {','.join(map(str, milestones))}")
-    check_optimizer_options(config)
+    check_optimizer_options(config.opt, config.opt_betas, config.opt_eps, config.device)
     check_written_size(config)
     check_subsets(config)
     if config.randaugment:
