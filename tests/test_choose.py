@@ -189,7 +189,8 @@ def test_choose_ends_within_its_budget_and_answers_from_the_runs(tmp_path, capsy
     plan = json.loads((tmp_path / "c" / PLAN_FILE).read_text())
     assert plan["epochs"] >= 9 and plan["minutes"] == 1.5  # 100 steps at least
     assert "compared: 5 inits x seeds 0,1 on digits (10 images a class, 4 a class held out" in out
-    assert "--minutes 1.5) of vit_digits, " in out and "\nverdict: " in out
+    # "(...; --minutes 1.5) of vit_digits" idle; under load the runs are cut to the epoch all can reach in time
+    assert "of vit_digits, " in out and "\nverdict: " in out
 
 
 # --- the plan ---------------------------------------------------------------------------------------------
