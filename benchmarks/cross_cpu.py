@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from structinit.cli.model_flags import PRESET_DATA
 from structinit.inits.labels import BUNDLE
 from structinit.training.provenance import device_name
 
@@ -71,6 +72,9 @@ def written_weights(case: tuple, folder: Path) -> dict[str, torch.Tensor]:
     model, kwargs, init, seed = case
     path = folder / "init.safetensors"
     argv = ["init", model, "--init", init, "--seed", str(seed), "--save", str(path)]
+    if model in PRESET_DATA:  # pinned when `init vit_digits` built timm's 1000 classes and 3 channels: kept so
+        argv += ["--num-classes", "1000"]
+        kwargs = ",".join(filter(None, [kwargs, "in_chans=3"]))
     assert main([*argv, "--model-kwargs", kwargs] if kwargs else argv) == 0
     return load_file(path)
 
