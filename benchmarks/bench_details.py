@@ -123,22 +123,33 @@ def content_blindness(images: torch.Tensor) -> None:
             print(f"| 32px-p4, {heads} heads | {blind} | {mass.mean():.3f} ({mass.min():.3f}) |")
 
 
+# where the structure lives: a learned table read through each block's LayerNorm (the README's ViT-Ti) and a
+# relative-position bias table added to the logits (BEiT, the same width, heads and depth)
+ON_IMAGES = (
+    ("ViT-Ti, learned table", "vit_tiny_patch16_224", {}, ("impulse", "impulse-neurips", "mimetic[base=kaiming]")),
+    ("BEiT, bias table", "beit_base_patch16_224", dict(embed_dim=192, num_heads=3), ("impulse", "mimetic")),
+)
+
+
 def structure_on_images(images: torch.Tensor) -> None:
     kwargs = dict(img_size=32, patch_size=4, num_classes=10)
-    print("\n| init (README's model) | fidelity, pseudo input | fidelity, 64 CIFAR-10 images | tensors changed |")
-    print("|---|---|---|---|")
-    for label in ("impulse", "impulse-neurips", "mimetic[base=kaiming]", "timm", "kaiming"):
-        torch.manual_seed(0)
-        model = timm.create_model("vit_tiny_patch16_224", **kwargs)
-        built = {name: t.clone() for name, t in model.state_dict().items()}
-        report = structinit.initialize(model, label, seed=0)
-        structinit.measure_on_images(report, model, prepare(images, model))
-        changed = sum(not torch.equal(t, built[name]) for name, t in model.state_dict().items())
-        uniform = report.on_images["uniform"]
-        print(
-            f"| {label} | {report.mean_fidelity:.3f} | {report.on_images['mean']:.3f} (uniform {uniform:.3f}) "
-            f"| {changed} of {len(built)} |"
-        )
+    print(
+        "\n| model (32 px, patch 4) | init | fidelity, pseudo input | fidelity, 64 CIFAR-10 images | tensors changed |"
+    )
+    print("|---|---|---|---|---|")
+    for name, arch, extra, labels in ON_IMAGES:
+        for label in (*labels, "timm", "kaiming"):
+            torch.manual_seed(0)
+            model = timm.create_model(arch, **kwargs, **extra)
+            built = {key: t.clone() for key, t in model.state_dict().items()}
+            report = structinit.initialize(model, label, seed=0)
+            structinit.measure_on_images(report, model, prepare(images, model))
+            changed = sum(not torch.equal(t, built[key]) for key, t in model.state_dict().items())
+            uniform = report.on_images["uniform"]
+            print(
+                f"| {name} | {label} | {report.mean_fidelity:.3f} | {report.on_images['mean']:.3f} "
+                f"(uniform {uniform:.3f}) | {changed} of {len(built)} |"
+            )
 
 
 def startup_cost() -> None:

@@ -49,7 +49,14 @@ from typing import Any
 
 from structinit.inits.labels import BUNDLE
 from structinit.studies.grid import run_configs, run_dir
-from structinit.studies.ledger import is_recorded, ledger_and_runs, read_ledger, write_generated_section, write_ledger
+from structinit.studies.ledger import (
+    is_recorded,
+    ledger_and_runs,
+    read_ledger,
+    study_docs,
+    write_generated_section,
+    write_ledger,
+)
 from structinit.studies.tables import results_markdown
 from structinit.training import TrainConfig
 
@@ -514,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
         sizing()
         return 0
     out = Path(args.out)
-    docs = Path(args.docs) if args.docs else (out / "docs" if args.smoke else ROOT / "docs")
+    docs = study_docs(out, args, ROOT / "docs", Path(__file__).name)
     levers, protocol, extended = (SMOKE_LEVERS, SMOKE_PROTOCOL, []) if args.smoke else (LEVERS, PROTOCOL, EXTENDED)
     grids = {"levers": levers, "protocol": protocol, "extended": extended, "docs": []}[args.part]
     # seed-major, then init, then grid: a partial run already answers every grid for the first seed

@@ -43,7 +43,14 @@ from typing import Any
 from structinit.inits.labels import BUNDLE, label_before
 from structinit.scale import head_qk_norms
 from structinit.studies.grid import run_configs, run_dir
-from structinit.studies.ledger import is_recorded, ledger_and_runs, read_ledger, write_generated_section, write_ledger
+from structinit.studies.ledger import (
+    is_recorded,
+    ledger_and_runs,
+    read_ledger,
+    study_docs,
+    write_generated_section,
+    write_ledger,
+)
 from structinit.studies.results import epochs_to_reach
 from structinit.studies.tables import results_markdown
 from structinit.training import TrainConfig
@@ -556,7 +563,7 @@ def main(argv: list[str] | None = None) -> int:
         sizing()
         return 0
     out = Path(args.out)
-    docs = Path(args.docs) if args.docs else (out / "docs" if args.smoke else ROOT / "docs")
+    docs = study_docs(out, args, ROOT / "docs", Path(__file__).name)
     regimes = {"smoke": SMOKE_REGIME, "smoke-learned": SMOKE_LEARNED} if args.smoke else REGIMES
     learned = "smoke-learned" if args.smoke else "p2-w96-d6-500-learned"
     guard = [Grid(learned, GUARD_INITS, SEEDS[:1] if args.smoke else SEEDS, val=False)]

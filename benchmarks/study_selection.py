@@ -29,7 +29,14 @@ from typing import Any
 
 from structinit.inits.labels import BUNDLE
 from structinit.studies.grid import run_configs, run_dir
-from structinit.studies.ledger import is_recorded, ledger_and_runs, read_ledger, write_generated_section, write_ledger
+from structinit.studies.ledger import (
+    is_recorded,
+    ledger_and_runs,
+    read_ledger,
+    study_docs,
+    write_generated_section,
+    write_ledger,
+)
 from structinit.studies.tables import results_markdown
 from structinit.training import TrainConfig
 from structinit.training.config_file import read_run_config
@@ -227,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny models and subsets, 1-2 epochs: the pipeline")
     args = parser.parse_args(argv)
     out, sizes = Path(args.out), SMOKE if args.smoke else FULL
-    docs = Path(args.docs) if args.docs else (out / "docs" if args.smoke else ROOT / "docs")
+    docs = study_docs(out, args, ROOT / "docs", Path(__file__).name)
     docs.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     unknown = set(args.teachers.split(",")) - set(TEACHERS)

@@ -42,6 +42,7 @@ from structinit.studies.ledger import (
     is_recorded,
     ledger_and_runs,
     read_ledger,
+    study_docs,
     write_generated_section,
     write_ledger,
 )
@@ -365,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny models and subsets, 1 epoch: checks the pipeline")
     args = parser.parse_args(argv)
     out = Path(args.out)
-    docs = Path(args.docs) if args.docs else (out / "docs" if args.smoke else ROOT / "docs")
+    docs = study_docs(out, args, ROOT / "docs", Path(__file__).name)
     protocol, extended, levers = (
         (SMOKE_PROTOCOL, SMOKE_EXTENDED, SMOKE_LEVERS) if args.smoke else (PROTOCOL, EXTENDED, LEVERS)
     )

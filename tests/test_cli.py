@@ -140,7 +140,9 @@ def test_a_missing_extra_is_named_in_one_line_and_other_import_errors_are_not_hi
         cli.main(["rank", "vit_digits"])
 
 
-def test_demo_trains_every_init_on_the_digits_and_draws_both_structured_inits(tmp_path, capsys, monkeypatch):
+def test_demo_trains_every_init_on_the_digits_and_draws_each_on_the_pseudo_input_and_images(
+    tmp_path, capsys, monkeypatch
+):
     from structinit.cli import commands
 
     # the demo's four runs, tables and figures on a tenth of the digits and one block (`make demo`: the full size)
@@ -153,8 +155,9 @@ def test_demo_trains_every_init_on_the_digits_and_draws_both_structured_inits(tm
 
     for init in ("timm", "mimetic[base=kaiming]", "impulse", "impulse-soft"):  # the default init among them
         assert f"| {init} | 1 |" in printed and (run_dir(out, None, init, 0) / "summary.json").exists()
-    for name in ("impulse-init", "impulse", "impulse-soft-init", "impulse-soft"):
-        assert (out / f"attention-{name}.png").stat().st_size > 0
+    for init in ("timm", run_dir(out, None, "mimetic[base=kaiming]", 0).name.removesuffix("-seed0"), "impulse"):
+        for figure in ("init-pseudo", "init", None):  # at init on the pseudo input and on images; trained
+            assert (out / ("-".join(filter(None, ("attention", init, figure))) + ".png")).stat().st_size > 0
     assert "4 runs in" in printed
 
 

@@ -157,3 +157,22 @@ def test_a_non_impulse_init_report_prints_no_offset_column(capsys):
     assert "offset (dy,dx) fidelity" in capsys.readouterr().out
     measured = Report("measured", "m", [LayerReport(0, [HeadReport((1, 0), 0.5, assigned=False)])])
     assert "(+1,+0) 0.500" in str(measured)  # a measurement's best offset is its finding
+
+
+def test_the_attention_command_draws_the_pseudo_input_maps_whose_shares_are_the_inits_fidelity(tmp_path, figures):
+    """`attention --pseudo-input` of an impulse init: each panel's share is the head's fidelity that the
+    init reported (impulse's maps on the pseudo input), far above the same heads' share on images."""
+    import structinit
+    from structinit.models import create_model
+
+    args = ["attention", "vit_digits", "--init", "impulse", "--data", "digits", "--images", "16"]
+    assert main([*args, "--pseudo-input", "--out", str(tmp_path / "pseudo.png")]) == 0
+    assert main([*args, "--out", str(tmp_path / "images.png")]) == 0
+    pseudo, images = figures
+    model = create_model("vit_digits", num_classes=10, in_chans=1, data_size=8)
+    report = structinit.initialize(model, "impulse", seed=0)
+    shares = [float(ax.get_title().rsplit(" ", 1)[1]) for ax in pseudo.axes if ax.get_title().startswith("h")]
+    assert shares == pytest.approx([h.fidelity for layer in report.layers for h in layer.heads], abs=0.006)
+    on_images = [float(ax.get_title().rsplit(" ", 1)[1]) for ax in images.axes if ax.get_title().startswith("h")]
+    assert min(shares) > 0.5 > 0.05 > max(on_images)  # 0.64 (the paper's solve on this model) and 0.02
+    assert "attention on the pseudo input (no image)" in " ".join(pseudo._suptitle.get_text().split())

@@ -1,3 +1,4 @@
+import re
 import threading
 import warnings
 
@@ -8,7 +9,8 @@ import torch
 
 import structinit
 from conftest import SHARP, small_vit
-from structinit.inits import baselines
+from structinit.errors import Notice
+from structinit.inits import baselines, progress
 from structinit.offsets import kernel_offsets
 
 # the impulse init solves each layer on its own pseudo input: two blocks of ViT-S and ViT-B (their heads, widths
@@ -64,6 +66,40 @@ def test_mimetic_heads_attend_to_themselves(make_vit):
     report = structinit.initialize(model, "mimetic", seed=0)
     assert all(h.offset == (0, 0) for layer in report.layers for h in layer.heads)
     assert report.min_fidelity > 0.3
+
+
+def test_a_mimetic_init_that_takes_a_while_says_how_long_and_shows_a_bar(make_vit, monkeypatch):
+    """mimetic on ViT-B takes 6 s on 2 cores: past progress.NOTICE_SECONDS it says so, with the expected
+    time, and advances the command line's bar once per factorisation (threshold 0 here)."""
+    bars = []
+
+    class Bar:
+        def __init__(self, total, description):
+            self.total, self.description, self.done, self.closed = total, description, 0, False
+            bars.append(self)
+
+        def update(self, n):
+            self.done += n
+
+        def close(self):
+            self.closed = True
+
+    model, quiet = (torch.manual_seed(0) and make_vit(embed_dim=96, num_heads=3, depth=2) for _ in range(2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Notice)  # quick: silent
+        structinit.initialize(quiet, "mimetic", seed=0)
+    monkeypatch.setattr(progress, "NOTICE_SECONDS", 0.0)
+    token = progress.PROGRESS_BAR.set(Bar)
+    try:
+        with pytest.warns(Notice) as notes:
+            structinit.initialize(model, "mimetic", seed=0)
+    finally:
+        progress.PROGRESS_BAR.reset(token)
+    (note,) = [str(n.message) for n in notes if str(n.message).startswith("mimetic:")]
+    assert re.search(r"W_v W_proj\): about \d+ s on \d+ CPU threads?$", note)
+    (bar,) = bars
+    assert (bar.total, bar.done, bar.closed, bar.description) == (2 * (3 + 1), 8, True, "mimetic")
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), quiet.state_dict().values()))
 
 
 def test_impulse_with_more_heads_than_offsets_covers_the_kernel(make_vit):

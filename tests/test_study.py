@@ -169,3 +169,19 @@ def test_mechanism_conditioning_builds_its_upsampled_vit_as_the_trainer_does(tmp
     rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith(f"| {name} |")]
     assert [row[1] for row in rows] == ["timm", SHARP]
     assert float(rows[1][3]) > 0.97  # the sharp form reaches its fidelity on the pseudo input
+
+
+@pytest.mark.parametrize("script", ["study_small_data", "study_convergence", "study_regimes", "study_selection"])
+def test_study_commands_from_a_clean_clone_leave_the_committed_docs_and_say_what_is_missing(script, tmp_path):
+    """--part docs where no runs are (a clean clone) would rewrite the committed tables of runs trained
+    elsewhere as "not trained yet": refused in one line, nothing written; --smoke without the data: one line."""
+    module = load_benchmark(script)
+    docs = module.ROOT / "docs"
+    before = {p: p.stat().st_mtime_ns for p in docs.rglob("*") if p.is_file()}
+    with pytest.raises(SystemExit, match=rf"^{script}.py: --part docs: {tmp_path}/runs holds no finished runs"):
+        module.main(["--part", "docs", "--out", str(tmp_path / "runs")])
+    assert {p: p.stat().st_mtime_ns for p in docs.rglob("*") if p.is_file()} == before
+    missing = f"cifar10:{tmp_path}/nowhere"
+    with pytest.raises(SystemExit, match=rf"^{script}.py: --data {missing}: {tmp_path}/nowhere is not a folder"):
+        module.main(["--smoke", "--data", missing, "--out", str(tmp_path / "smoke")])
+    assert not (tmp_path / "smoke").exists()

@@ -1,8 +1,15 @@
 """structinit: convolutional inductive bias for Vision Transformers through initialisation alone."""
 
+import os
 from typing import TYPE_CHECKING
 
 from .lazy import lazy_names
+
+# torch's OpenMP threads (libgomp) spin 300,000 turns at every barrier before they sleep: beside other work a
+# waiting thread burns the CPU its partner needs (the demo beside two busy processes: 8.1x its idle time, 3.3x
+# its CPU time); 3,000 turns cost nothing idle and make that 3.4x and 1.1x (docs/bench_contention.md). Read when
+# torch loads: set here, before it does; a value the user set stays.
+os.environ.setdefault("GOMP_SPINCOUNT", "3000")
 from .version import __version__
 
 if TYPE_CHECKING:

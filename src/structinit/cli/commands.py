@@ -201,7 +201,7 @@ def target_arguments(args: argparse.Namespace) -> dict[str, Any]:
 def run_attention(args: argparse.Namespace) -> int:
     from ..inspection.attention import attention_figure
 
-    print(f"wrote {attention_figure(args.target, **target_arguments(args))}")
+    print(f"wrote {attention_figure(args.target, **target_arguments(args), pseudo_input=args.pseudo_input)}")
     return 0
 
 
@@ -232,15 +232,20 @@ def run_demo(args: argparse.Namespace) -> int:
     # impulse: the paper's text (Q/K alone at its solve's sharpness); impulse-soft: the soft maps chosen at 64 tokens;
     # mimetic on PyTorch's base: the trainer's default for ViTs (docs/studies/default-rule.md)
     structured = ["impulse", "impulse-soft"]
-    rows = compare(base, ["timm", "mimetic[base=kaiming]", *structured], int_list(args.seeds, "--seeds"), [None], out)
+    inits = ["timm", "mimetic[base=kaiming]", *structured]
+    rows = compare(base, inits, int_list(args.seeds, "--seeds"), [None], out)
     seed = int_list(args.seeds, "--seeds")[0]
-    for init in structured:
-        attention_figure(str(run_dir(out, None, init, seed)), at_init=True, out=out / f"attention-{init}-init.png")
-        attention_figure(str(run_dir(out, None, init, seed)), out=out / f"attention-{init}.png")
+    for init in inits:  # where each init's structure is: on the pseudo input, on images at init, trained
+        run = run_dir(out, None, init, seed)
+        name = run.name.removesuffix(f"-seed{seed}")
+        attention_figure(str(run), at_init=True, pseudo_input=True, out=out / f"attention-{name}-init-pseudo.png")
+        attention_figure(str(run), at_init=True, out=out / f"attention-{name}-init.png")
+        attention_figure(str(run), out=out / f"attention-{name}.png")
     print((out / "results.md").read_text(), end="")
     print(
-        f"{len(rows)} runs in {out}: results.md, results.csv, curves.png, summary.png, "
-        f"attention-<init>-init.png and attention-<init>.png (trained) for {' and '.join(structured)}"
+        f"{len(rows)} runs in {out}: results.md, results.csv, curves.png, summary.png, and for each init "
+        "attention-<init>-init-pseudo.png (at init, on the pseudo input: where the impulse is), "
+        "attention-<init>-init.png (at init, on test images) and attention-<init>.png (trained)"
     )
     return 0
 
@@ -272,20 +277,15 @@ EXTRAS = {"matplotlib": "train", "sklearn": "train", "tensorboard": "log", "wand
 
 
 # timm train.py flags this trainer does not take, and what to do instead
-UNTAKEN = {
-    "--train-split": "the training folder is DIR/train (or timm's training/)",
-    "--val-split": "the evaluation folder is DIR/test (or timm's val/, validation/, eval/)",
-}
 
 
 def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()  # a budget (choose --minutes) counts from here, before torch and timm load
     args, unknown = build_parser().parse_known_args(argv)
     if unknown:  # the subcommand's flags are where its help lists them, not `structinit --help`
-        hint = "".join(f"; {UNTAKEN[flag]}" for flag in unknown if flag in UNTAKEN)
         return fail(
             args.command,
-            f"unrecognized arguments: {' '.join(unknown)}{hint} (structinit {args.command} --help lists the flags)",
+            f"unrecognized arguments: {' '.join(unknown)} (structinit {args.command} --help lists the flags)",
         )
     args.started = started
     if getattr(args, "out", None) == "":  # Path("") is the current directory
@@ -293,9 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)  # kill: cleaned up and reported as Ctrl-C is
     shown, warnings.formatwarning = warnings.formatwarning, one_line_warning  # the command's warnings: one line
-    from ..inits.sharpness import PROGRESS_BAR  # after parsing: --help needs neither torch's models nor timm
+    from ..inits.progress import PROGRESS_BAR  # after parsing: --help needs neither torch's models nor timm
 
-    bar = PROGRESS_BAR.set(_solve_bar)  # impulse's first solve of a model shape, where it takes a while
+    bar = PROGRESS_BAR.set(_solve_bar)  # an init's long work (impulse's first solve of a model shape, mimetic's)
     try:
         return COMMANDS[args.command](args)
     except (ValueError, TypeError, RunError) as error:

@@ -56,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     attention = commands.add_parser("attention", help="PNG of the attention maps per layer and head")
     add_target_arguments(attention, images=64, out="attention.png")
+    attention.add_argument(
+        "--pseudo-input",
+        action="store_true",
+        help="the maps on the pseudo input (the position embedding, no image: where an init's fidelity is "
+        "measured) instead of on --images test images",
+    )
     rank = commands.add_parser("rank", help="stable rank of the patch embeddings and every block's output")
     add_target_arguments(rank, images=256, out="rank.png")
 
@@ -87,7 +93,8 @@ class _OneLineErrors(argparse.ArgumentParser):
 
 
 def _subparser(**kwargs: Any) -> argparse.ArgumentParser:
-    return _OneLineErrors(formatter_class=_Formatter, **kwargs)
+    # no abbreviations: a mistyped flag (timm's --grad-accum-step) is refused, not read as the flag it begins
+    return _OneLineErrors(formatter_class=_Formatter, allow_abbrev=False, **kwargs)
 
 
 def add_init_command(commands: argparse._SubParsersAction) -> None:

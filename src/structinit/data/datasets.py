@@ -31,15 +31,12 @@ from .imagefolder import (
 from .subsets import stratified_split
 
 # names of the paper's datasets -> torchvision class names (downloaded with --download where online)
-TORCHVISION_SETS = {
-    "cifar10": "CIFAR10",
-    "cifar100": "CIFAR100",
-    "svhn": "SVHN",
-    "stl10": "STL10",
-    "flowers102": "Flowers102",
-    "pets": "OxfordIIITPet",
-    "food101": "Food101",
-}
+TORCHVISION_SETS = dict(
+    zip(
+        ["cifar10", "cifar100", "svhn", "stl10", "flowers102", "pets", "food101"],
+        ["CIFAR10", "CIFAR100", "SVHN", "STL10", "Flowers102", "OxfordIIITPet", "Food101"],
+    )
+)
 IN_MEMORY_SETS = {"digits", "cifar10", "cifar100", "svhn", "stl10"}
 DATASETS_HELP = (
     "digits | imagefolder:PATH | cifar10 | cifar100 | svhn | stl10 | flowers102 | pets | food101 | imagenet:PATH, "
@@ -120,17 +117,20 @@ def load_data(
     classes: list[str] | None = None,
     img_size: int | None = None,
     num_classes: int | None = None,
+    splits: tuple[str | None, str | None] = (None, None),
 ) -> TensorData | StreamData:
     """Load a dataset by its --data spec, with an optional stratified training subset and an optional
     stratified validation split of `val_per_class` training images per class, disjoint from it;
     `classes`: only those classes (by name, labelled in the data's order); `img_size`: every image
     resized to that size as it is loaded (images streamed from files: by the model's transforms);
-    `num_classes`: the classes the data must have."""
+    `num_classes`: the classes the data must have; `splits`: an image folder's training and evaluation folders."""
     name, path = parse_spec(spec)
+    if path is None and splits != (None, None):
+        raise ValueError(f"--train-split and --val-split name folders of an image folder; --data {spec} has its own")
     if name == "digits":
         data = _digits()
     elif path is not None:
-        data = _imagefolder(name, path, cache_dir, img_size)
+        data = _imagefolder(name, path, cache_dir, img_size, splits)
     elif name in IN_MEMORY_SETS:
         data = _torchvision_arrays(name, Path(root), download)
     else:
@@ -175,16 +175,16 @@ def _digits() -> TensorData:
     digits = load_digits()
     images = torch.from_numpy((digits.images * (255.0 / 16.0)).round().astype(np.uint8)).unsqueeze(1)
     labels = torch.from_numpy(digits.target.astype(np.int64))
-    train_idx, test_idx = train_test_split(
-        np.arange(len(labels)), test_size=360, stratify=digits.target, random_state=0
-    )
+    train_idx, test_idx = train_test_split(np.arange(len(labels)), test_size=360, stratify=labels, random_state=0)
     train_idx, test_idx = torch.from_numpy(np.sort(train_idx)), torch.from_numpy(np.sort(test_idx))
     classes = [str(i) for i in range(10)]
     return TensorData("digits", images[train_idx], labels[train_idx], images[test_idx], labels[test_idx], classes)
 
 
-def _imagefolder(name: str, path: Path, cache_dir: str | Path | None, img_size: int | None) -> TensorData | StreamData:
-    train_dir, test_dir = split_dirs(path)
+def _imagefolder(
+    name: str, path: Path, cache_dir: str | Path | None, img_size: int | None, splits: tuple
+) -> TensorData | StreamData:
+    train_dir, test_dir = split_dirs(path, splits)
     train_files, train_labels, classes = list_images(train_dir)
     test_files, test_labels, _ = list_images(test_dir, classes)
     check_classes(train_dir, test_dir, classes, train_labels, test_labels)

@@ -30,20 +30,27 @@ TRAIN_SPLITS = ("train", "training")
 EVAL_SPLITS = ("test", "val", "validation", "valid", "eval", "evaluation")
 
 
-def split_dirs(path: Path) -> tuple[Path, Path]:
-    """The training and the evaluation folder of an image folder tree: the first of each list's names there."""
+def split_dirs(path: Path, named: tuple[str | None, str | None] = (None, None)) -> tuple[Path, Path]:
+    """The training and the evaluation folder of an image folder tree: the folders `named` (timm's
+    --train-split and --val-split), else the first of each list's names there."""
     if path.exists() and not path.is_dir():
         raise NotADirectoryError(f"dataset directory {path} is a file, not a directory of train/ and test/")
     if not path.is_dir():
         raise FileNotFoundError(f"dataset directory {path} does not exist")
-    train = next((path / d for d in TRAIN_SPLITS if (path / d).is_dir()), None)
-    test = next((path / d for d in EVAL_SPLITS if (path / d).is_dir()), None)
-    if train is None or test is None:
+    found = []
+    for name, names, flag in zip(named, (TRAIN_SPLITS, EVAL_SPLITS), ("--train-split", "--val-split")):
+        if name is not None and (name in ("", ".", "..") or "/" in name or "\\" in name):
+            raise ValueError(f"{flag} {name!r}: give the name of a folder in {path}, e.g. {names[0]}")
+        if name is not None and not (path / name).is_dir():
+            held = sorted(d.name + "/" for d in path.iterdir() if d.is_dir())
+            raise FileNotFoundError(f"{flag} {name}: {path / name} is not a folder ({path} holds {held})")
+        found.append(path / name if name else next((path / d for d in names if (path / d).is_dir()), None))
+    if None in found:
         raise FileNotFoundError(
             f"{path} must hold a training folder ({'/, '.join(TRAIN_SPLITS)}/) and an evaluation folder "
-            f"({'/, '.join(EVAL_SPLITS)}/), each of class subfolders"
+            f"({'/, '.join(EVAL_SPLITS)}/), each of class subfolders (or give --train-split/--val-split)"
         )
-    return train, test
+    return found[0], found[1]
 
 
 def list_images(split: Path, classes: list[str] | None = None) -> tuple[list[Path], list[int], list[str]]:

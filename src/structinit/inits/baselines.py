@@ -50,7 +50,8 @@ def init_mimetic(
     o = options
     sample = z_sampler(o.distribution, generator)
     layers = adapter.layers()
-    factors = iter(parallel_map(lambda job: balanced_factors(*job), _mimetic_targets(layers, o, sample)))
+    task = "mimetic: this model's factorisations (each head's W_q W_k^T, each layer's W_v W_proj)"
+    factors = iter(parallel_map(lambda job: balanced_factors(*job), _mimetic_targets(layers, o, sample), task=task))
     for layer in layers:
         heads = [next(factors) for _ in range(layer.num_heads)]
         wq, wk = layer.qk_weights()

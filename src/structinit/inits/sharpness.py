@@ -28,6 +28,7 @@ from ..adapters.base import timm_embeddings_
 from ..cachefiles import keep, read_kept
 from ..errors import Notice
 from .paper_solve import STEPS, PaperSolve, paper_solve
+from .progress import NOTICE_SECONDS, PROGRESS_BAR, duration
 from .threads import available_threads
 
 DECIMALS = 2  # the solve's mass is kept to 0.01 (docs/methods.md: its spread over the solve's seeds), in [0.01, 0.99]
@@ -35,12 +36,9 @@ TABLE = Path(__file__).with_name("paper_sharpness.json")
 TABLE_TOLERANCE = 1e-4  # a float32 pseudo input within it of an entry's standard one takes the entry's value
 CACHE_FOLDER = "paper-sharpness"
 KEPT_LIMIT = 4096  # bytes: a kept value is a few lines
-NOTICE_SECONDS = 2.0  # a solve expected to take longer is announced
 
-# where the solve runs (the model's device, api.initialize sets it) and the command line's progress bar
+# where the solve runs (the model's device, api.initialize sets it)
 SOLVE_DEVICE: contextvars.ContextVar[torch.device | None] = contextvars.ContextVar("solve_device", default=None)
-ProgressBar = Callable[[int, str], Any]  # (total, description) -> an object with update(n) and close()
-PROGRESS_BAR: contextvars.ContextVar[ProgressBar | None] = contextvars.ContextVar("solve_progress", default=None)
 
 
 def paper_sharpness(pseudo: torch.Tensor, grid: tuple[int, int], heads: int, kernel_size: int) -> tuple[float, str]:
@@ -155,7 +153,7 @@ def _progress(what: str, device: torch.device, threads: int, path: Path) -> Iter
             expected = (time.perf_counter() - state["start"]) / 5 * (STEPS - 6)
             if expected > NOTICE_SECONDS:
                 warnings.warn(
-                    f"impulse: the paper's solve for this model, once: up to {_duration(expected)} on {where}; "
+                    f"impulse: the paper's solve for this model, once: up to {duration(expected)} on {where}; "
                     f"impulse[target_fidelity=X] skips it; {what}; kept in {path.parent}",
                     Notice,
                     stacklevel=5,
@@ -172,7 +170,3 @@ def _progress(what: str, device: torch.device, threads: int, path: Path) -> Iter
     finally:
         if state["bar"] is not None:
             state["bar"].close()
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
+
+from .progress import announce_pool
 
 # the threads torch had before one_torch_thread: parallel_map's pool size
 _WORKERS: contextvars.ContextVar[int | None] = contextvars.ContextVar("init_workers", default=None)
@@ -33,9 +36,10 @@ def available_threads() -> int:
     return _WORKERS.get() or torch.get_num_threads()
 
 
-def parallel_map(function: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
+def parallel_map(function: Callable[[Any], Any], items: Iterable[Any], *, task: str | None = None) -> list[Any]:
     """`function` over `items` in a pool of threads, each op inside on one torch thread. A generator's
-    items are worked on as it yields them (mimetic's draws overlap its factorisations).
+    items are worked on as it yields them (mimetic's draws overlap its factorisations). Where `task` names
+    the work, it is announced if the first result says the whole takes over 2 s (progress.py).
 
     The init's factorisations are many independent small ones: one OpenMP team splitting each of
     them stalls at every barrier when another process holds the cores (ViT-B impulse 4.6 s instead
@@ -46,4 +50,8 @@ def parallel_map(function: Callable[[Any], Any], items: Iterable[Any]) -> list[A
     # worker's LAPACK call ran on every core beside the others, and its result depended on who won
     # (scipy's BLAS, partial_eigh.py, holds itself to one thread a call)
     with ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
-        return list(pool.map(function, items))
+        started = time.perf_counter()
+        futures = [pool.submit(function, item) for item in items]
+        if task is not None and futures:
+            announce_pool(futures, task, started, workers)
+        return [future.result() for future in futures]

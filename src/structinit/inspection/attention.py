@@ -35,8 +35,11 @@ def attention_figure(
     seed: int = 0,
     out: str | Path = "attention.png",
     dpi: int = 110,
+    pseudo_input: bool = False,
 ) -> Path:
-    """Average the attention maps over `images` test images and draw them per layer and head.
+    """Average the attention maps over `images` test images (or take them on the pseudo input, the
+    position embedding without an image, where an init's fidelity is measured) and draw them per layer
+    and head.
 
     `target` is a run directory (the model of its config.yaml, with the weights of last.pt unless
     `at_init`) or a timm model name / preset, initialised with `init`.
@@ -44,15 +47,17 @@ def attention_figure(
     model, dataset, title, config = load_target(
         target, data=data, at_init=at_init, init=init, model_kwargs=model_kwargs, seed=seed
     )
-    batch = normalised_test_images(model, dataset, images)
+    batch = None if pseudo_input else normalised_test_images(model, dataset, images)
     maps = mean_attention(model, batch)
     grid = get_adapter(model).grid
     kernel_size = config.init_spec.kernel_size or 3
     heads = [best_offsets(m.unsqueeze(0), kernel_size, grid, 0) for m in maps]
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    title = f"{title}: mean attention over {len(batch)} test images"
-    plot_attention(maps, grid, out, title, heads=heads, kernel_size=kernel_size, dpi=dpi)
+    where = (
+        "attention on the pseudo input (no image)" if batch is None else f"mean attention over {len(batch)} test images"
+    )
+    plot_attention(maps, grid, out, f"{title}: {where}", heads, kernel_size, dpi, on_images=batch is not None)
     return out
 
 
@@ -64,13 +69,14 @@ def plot_attention(
     heads: list[list[Any]] | None = None,
     kernel_size: int = 3,
     dpi: int = 110,
+    on_images: bool = True,
 ) -> None:
     """Attention maps (one (heads, N, N) tensor of grid tokens per layer) as a layers x heads figure:
     query token down, key token across. Every panel of every figure is on one colour scale, SCALE (0 to
     1), whose colourbar marks the uniform weight 1/N: a uniform map is dark, an impulse bright. An
     impulse filter with offset (dy, dx) is a diagonal shifted off the main one by dy * width + dx.
     `heads[layer][head]`, a HeadReport, titles each panel with the kernel offset that holds the most
-    of the head's attention and that share."""
+    of the head's attention and that share (`on_images`: the maps are of images, else of the pseudo input)."""
     layers, count = len(maps), maps[0].shape[0]
     tokens = maps[0].shape[-1]
     fig, axes = plt.subplots(
@@ -101,11 +107,13 @@ def plot_attention(
     lines.append(f"query and key tokens in raster order over the {grid[0]} x {grid[1]} patch grid")
     if heads is not None:
         f = kernel_size
-        lines.append(
-            f"panel: head, the offset (dy,dx) of the {f}x{f} kernel with the most attention, and its share on these "
-            "images (an init's fidelity, as structinit init prints it, is that share on the pseudo input: the "
-            "position embedding without an image; images lower it)"
+        share = (
+            "its share on these images (an init's fidelity, as structinit init prints it, is that share on the "
+            "pseudo input: the position embedding without an image; images lower it)"
+            if on_images
+            else "its share: the init's fidelity, as structinit init prints it (images lower it)"
         )
+        lines.append(f"panel: head, the offset (dy,dx) of the {f}x{f} kernel with the most attention, and {share}")
     size = 8 if count < 6 else 9
     fig.suptitle(fitted_title("\n".join(lines), fig.get_figwidth(), size), fontsize=size)
     save_figure(fig, path, dpi)

@@ -22,6 +22,21 @@ class DataSettings:
         help="where torchvision datasets live or are downloaded",
         **PLACE,
     )
+    train_split: str | None = setting(
+        None,
+        group="data",
+        metavar="NAME",
+        help="the training folder of an image folder (timm's --train-split; default: train/, else training/)",
+        since="0.5.0",
+    )
+    val_split: str | None = setting(
+        None,
+        group="data",
+        metavar="NAME",
+        help="its evaluation folder (timm's --val-split; default: the first of test/ val/ validation/ valid/ eval/ "
+        "evaluation/)",
+        since="0.5.0",
+    )
     download: bool = setting(False, group="data", help="download a torchvision dataset (needs internet)", **PLACE)
     cache_dir: str | None = setting(
         None, group="data", help="where decoded small images are cached (default: ~/.cache/structinit)", **PLACE

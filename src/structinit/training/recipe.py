@@ -44,9 +44,10 @@ class Recipe:
         self.amp_dtype = resolve_amp(config.amp, device)
         prefer_math_attention(self.model, device, self.amp_dtype)
         train_model: nn.Module = self.model
+        self.ddp: nn.parallel.DistributedDataParallel | None = None
         if world.world > 1:
             ids = [device.index] if device.type == "cuda" else None
-            train_model = nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
+            train_model = self.ddp = nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
         compiled = compiles(config, device)
         self.forward = torch.compile(train_model, mode=config.compile_mode) if compiled else train_model
         self.eval_forward = torch.compile(self.model) if compiled else self.model  # the same weights
@@ -81,8 +82,9 @@ class Recipe:
             self.scaler.load_state_dict(checkpoint["scaler"])
 
     def schedule(self, steps_per_epoch: int, start_epoch: int) -> None:
-        """The lr schedule, a function of the step: a resumed run with more epochs or a new lr follows
-        the new one; the optimiser takes this device's kernel, not the checkpoint's."""
+        """The lr schedule, a function of the optimiser step (`steps_per_epoch` of them an epoch): a resumed
+        run with more epochs or a new lr follows the new one; the optimiser takes this device's kernel, not
+        the checkpoint's."""
         kernel = optimizer_kernel(self.device)
         for group in self.optimizer.param_groups:
             group["initial_lr"] = self.config.lr
@@ -92,16 +94,19 @@ class Recipe:
         if start_epoch:
             self.scheduler.step_update(start_epoch * steps_per_epoch)
 
-    def step(self, images: torch.Tensor, labels: torch.Tensor, step: int) -> torch.Tensor:
-        """One optimiser step (the run's `step`-th, from 0); returns the loss."""
-        with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
-            loss = self.criterion(self.forward(images), labels)
-        self.optimizer.zero_grad(set_to_none=True)
+    def step(self, images: torch.Tensor, labels: torch.Tensor, update: int | None, share: float = 1.0) -> torch.Tensor:
+        """Add `share` of one batch's loss's gradients to those before; where `update` is given (the run's
+        update-th optimiser step, from 0) take that step (--grad-accum-steps: every N batches). Returns the
+        batch's loss."""
+        with self._accumulating() if update is None else contextlib.nullcontext():
+            with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
+                loss = self.criterion(self.forward(images), labels)
+            part = loss * share if share != 1 else loss
+            (self.scaler.scale(part) if self.scaler is not None else part).backward()
+        if update is None:
+            return loss
         if self.scaler is not None:
-            self.scaler.scale(loss).backward()
             self.scaler.unscale_(self.optimizer)
-        else:
-            loss.backward()
         if self.config.clip_grad:
             nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_grad)
         if self.scaler is not None:
@@ -109,10 +114,16 @@ class Recipe:
             self.scaler.update()
         else:
             self.optimizer.step()
-        self.scheduler.step_update(step + 1)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step_update(update + 1)
         if self.ema is not None:
             self.ema.update(self.model)
         return loss
+
+    def _accumulating(self) -> contextlib.AbstractContextManager:
+        """Across processes, a batch whose gradients only add up: DDP's no_sync (their sum is reduced once,
+        with the update's batch)."""
+        return self.ddp.no_sync() if self.ddp is not None else contextlib.nullcontext()
 
     def lr(self) -> float:
         return self.optimizer.param_groups[0]["lr"]
@@ -185,6 +196,7 @@ def data_of(config: TrainConfig) -> TensorData | StreamData:
         classes=config.classes,
         img_size=config.img_size,
         num_classes=config.num_classes,
+        splits=(config.train_split, config.val_split),
     )
 
 

@@ -169,7 +169,7 @@ class Run:
         self.startup: list[str] = []
         if world.main:
             measure_init(self.recipe.report, self.recipe.model, self.data, config.init_spec.kernel_size or 3)
-            self.startup = startup_lines(config, self.data, self.recipe.model, self.recipe.report, self.batches.steps)
+            self.startup = startup_lines(config, self.data, self.recipe.model, self.recipe.report, self.updates)
             if not config.quiet:
                 print("\n".join(self.startup), flush=True)
 
@@ -195,12 +195,25 @@ class Run:
             start = self.checkpointed = checkpoint["epoch"]
         elif self.world.main:
             self.dir.start({**self.recipe.report.to_dict(), "startup": self.startup}, self.recipe.model)
-        self.recipe.schedule(self.batches.steps, start)
+        self.recipe.schedule(self.updates, start)
         return start
+
+    @property
+    def updates(self) -> int:
+        """Optimiser steps an epoch: one per --grad-accum-steps batches, the last of fewer where they do not
+        divide (as timm's)."""
+        return -(-self.batches.steps // self.config.grad_accum_steps)
+
+    def accumulation(self, step: int) -> tuple[int, int]:
+        """The batches whose gradients add up with batch `step`'s, and the batch after the last of them."""
+        accum = self.config.grad_accum_steps
+        first = step - step % accum
+        end = min(first + accum, self.batches.steps)
+        return end - first, end
 
     def train_epoch(self, epoch: int) -> dict[str, Any]:
         """Train one epoch, evaluate when due, and checkpoint it if its weights are good."""
-        config, world, steps = self.config, self.world, self.batches.steps
+        config, world, steps, updates = self.config, self.world, self.batches.steps, self.updates
         seed = epoch_seed(config.seed, epoch)
         seed_everything(seed + world.rank)
         np.random.seed(seed)  # mixup's lambda: the same on every process
@@ -210,7 +223,9 @@ class Run:
         total_loss, seen = torch.zeros((), device=self.device), 0
         losses, checked, done = torch.empty(steps, device=self.device), 0, 0
         for step, (images, labels) in enumerate(self.batches.train(epoch, generator)):
-            losses[step] = loss = self.recipe.step(images, labels, epoch * steps + step).detach()
+            group, end = self.accumulation(step)
+            update = epoch * updates + step // config.grad_accum_steps if step + 1 == end else None
+            losses[step] = loss = self.recipe.step(images, labels, update, 1 / group).detach()
             total_loss += loss * len(images)
             seen, done = seen + len(images), step + 1
             if done % FINITE_CHECK_STEPS == 0:
@@ -220,7 +235,7 @@ class Run:
         seconds = time.perf_counter() - started
         metrics: dict[str, Any] = {
             "epoch": epoch + 1,
-            "step": (epoch + 1) * steps,
+            "step": (epoch + 1) * updates,
             "train_loss": all_reduce_sum(total_loss, world).item() / (seen * world.world),
         }
         if (epoch + 1) % config.eval_every == 0 or epoch + 1 == config.epochs:

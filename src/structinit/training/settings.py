@@ -80,6 +80,14 @@ class TrainConfig(DataSettings):
     batch_size: int = setting(
         128, group="common", aliases=("-b",), bounds="[1, inf)", metavar="N", help="global batch size"
     )
+    grad_accum_steps: int = setting(
+        1,
+        group="optim",
+        bounds="[1, inf)",
+        metavar="N",
+        help="batches whose gradients add up to one optimiser step (timm's): each step sees N x --batch-size images",
+        since="0.5.0",
+    )
     lr: float = setting(1e-3, group="common", bounds="(0, inf)", help="peak learning rate", resume="schedule")
     opt: str = setting(
         "adamw",

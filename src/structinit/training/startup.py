@@ -79,6 +79,7 @@ def startup_lines(config: TrainConfig, data: Any, model: nn.Module, report: Repo
     subset = f" ({config.per_class} a class)" if config.per_class else ""
     params = sum(p.numel() for p in model.parameters())
     warmup = math.ceil(config.warmup_epochs * steps)
+    accumulated = f" x {config.grad_accum_steps} accumulated" if config.grad_accum_steps > 1 else ""
     lines = [
         f"data: {config.data}, {len(data.train_labels)} training images{subset} of {data.num_classes} classes"
         f"{f', {size} px' if size else ''}{held}; {evaluated}",
@@ -86,8 +87,8 @@ def startup_lines(config: TrainConfig, data: Any, model: nn.Module, report: Repo
         f"init: {resolved_init(config, model)}"
         + (f", fidelity {report.mean_fidelity:.3f} on the pseudo input" if report.mean_fidelity is not None else ""),
         *(f"  {line}" for line in (images_lines(report.mean_fidelity, report.on_images) if report.on_images else [])),
-        f"steps: {steps} an epoch at batch {config.batch_size}, {steps * config.epochs} in {config.epochs} epochs; "
-        f"warm-up {warmup} steps ({config.warmup_epochs:g} epochs)",
+        f"steps: {steps} an epoch at batch {config.batch_size}{accumulated}, {steps * config.epochs} in "
+        f"{config.epochs} epochs; warm-up {warmup} steps ({config.warmup_epochs:g} epochs)",
     ]
     if steps < FEW_STEPS or 0 < warmup < FEW_STEPS:
         lines.append(

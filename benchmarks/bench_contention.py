@@ -1,0 +1,156 @@
+"""How structinit's common calls hold up on a busy machine (issue 68): the demo, one `train` epoch, and
+`mimetic` and `impulse` on ViT-B, each run as a user runs it (a fresh process), idle and beside one and two
+busy processes (each multiplying matrices on every core, as a training beside it would). Wall and CPU time
+of each, as ratios to idle, in one run; `--against SRC` times the inits of another checkout (PYTHONPATH=SRC)
+under the same loads, interleaved.
+
+    .venv/bin/python benchmarks/bench_contention.py                  # ~25 min on 2 cores
+    .venv/bin/python benchmarks/bench_contention.py --demo-epochs 3 --against ../wt-80c85a9/src
+    .venv/bin/python benchmarks/bench_contention.py --smoke          # the whole path in ~1 min
+
+Goals (issue 68): beside two busy processes on 2 cores each call within 3x its idle wall time (a third of
+the machine is a fair share) and within 1.3x its idle CPU time (threads that wait do not spin).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench_init import start_busy_process
+from structinit.training.provenance import cpu_model
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# an init timed inside its process, model creation excluded; prints wall and CPU seconds as JSON
+INIT = """
+import json, sys, time, timm, structinit
+model, initialize = timm.create_model("vit_base_patch16_224"), structinit.initialize  # its lazy import untimed
+wall, cpu = time.perf_counter(), time.process_time()
+initialize(model, sys.argv[1])
+print(json.dumps({"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}))
+"""
+
+
+def timed(command: list[str], env: dict[str, str]) -> dict[str, float]:
+    """Wall and CPU seconds of a child process (its threads and the children it waited for); an init's
+    own JSON line, where it prints one, gives the init's alone (model creation excluded)."""
+    before, started = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+    child = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    wall, after = time.perf_counter() - started, resource.getrusage(resource.RUSAGE_CHILDREN)
+    if child.returncode:
+        raise SystemExit(f"{' '.join(command)} failed ({child.returncode}):\n{child.stderr[-2000:]}")
+    lines = [line for line in child.stdout.splitlines() if line.startswith("{")]
+    if lines:
+        return json.loads(lines[-1])
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return {"wall": wall, "cpu": cpu}
+
+
+def workloads(args: argparse.Namespace) -> dict[str, list[str]]:
+    python, epochs = sys.executable, str(args.demo_epochs)
+    return {
+        f"demo, {epochs} epochs": [python, "-m", "structinit", "demo", "--quiet", "--epochs", epochs],
+        "train, 1 epoch of digits": [
+            python,
+            "-m",
+            "structinit",
+            "train",
+            "--data",
+            "digits",
+            "--epochs",
+            "1",
+            "--quiet",
+        ],
+        "mimetic, ViT-B": [python, "-c", INIT, "mimetic"],
+        "impulse, ViT-B": [python, "-c", INIT, "impulse"],
+    }
+
+
+def environment(source: Path, scratch: Path, extra: list[str]) -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": str(source), "STRUCTINIT_CACHE": str(scratch / "cache")}
+    env.update(item.split("=", 1) for item in extra)
+    return env
+
+
+def measure(args: argparse.Namespace, scratch: Path) -> list[dict]:
+    """Every workload (and, with --against, its inits from the other checkout) at every load, interleaved
+    within a load so that both see the same machine."""
+    rows, runs = [], 0
+    checkouts = [("this", ROOT / "src")] + ([("against", Path(args.against).resolve())] if args.against else [])
+    for busy in args.loads:
+        helpers = [start_busy_process() for _ in range(busy)]
+        try:
+            for name, command in workloads(args).items():
+                if name.split(",")[0] not in args.calls:
+                    continue
+                for label, source in checkouts:
+                    if label == "against" and command[1] != "-c":
+                        continue
+                    for _ in range(args.repeats):
+                        runs += 1
+                        out = [*command, "--out", str(scratch / f"run{runs}")] if command[1] == "-m" else command
+                        result = timed(out, environment(source, scratch, args.env))
+                        rows.append({"workload": name, "checkout": label, "busy": busy, **result})
+                        print(json.dumps(rows[-1]), flush=True)
+        finally:
+            for helper in helpers:
+                helper.kill()
+                helper.wait()
+    return rows
+
+
+def median(rows: list[dict], key: tuple, field: str) -> float:
+    values = sorted(row[field] for row in rows if (row["workload"], row["checkout"], row["busy"]) == key)
+    return values[len(values) // 2]
+
+
+def table(rows: list[dict], loads: list[int]) -> str:
+    """Median wall and CPU seconds idle, and each load's ratios to them."""
+    head = ["call", "checkout", "idle wall s (CPU s)"] + [f"beside {b}: wall, CPU" for b in loads[1:]]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    for workload, checkout in dict.fromkeys((row["workload"], row["checkout"]) for row in rows):
+        idle_wall, idle_cpu = (median(rows, (workload, checkout, 0), field) for field in ("wall", "cpu"))
+        cells = [
+            f"{median(rows, (workload, checkout, b), 'wall') / idle_wall:.2f}x, "
+            f"{median(rows, (workload, checkout, b), 'cpu') / idle_cpu:.2f}x"
+            for b in loads[1:]
+        ]
+        lines.append("| " + " | ".join([workload, checkout, f"{idle_wall:.1f} ({idle_cpu:.1f})", *cells]) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--demo-epochs", type=int, default=30, help="the demo's epochs (30: the README's `make demo`)")
+    parser.add_argument("--loads", default="0,1,2", help="busy processes beside each call (0 first: idle)")
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each call at each load (median)")
+    parser.add_argument("--against", help="another checkout's src/ whose inits are timed beside this one's")
+    parser.add_argument("--calls", default="demo,train,mimetic,impulse", help="which calls (comma-separated)")
+    parser.add_argument("--env", action="append", default=[], help="KEY=VALUE in the calls' environment")
+    parser.add_argument("--smoke", action="store_true", help="one demo epoch, loads 0 and 1: the path, not numbers")
+    parser.add_argument("--json", help="write every run here too")
+    args = parser.parse_args()
+    args.loads, args.calls = [int(item) for item in args.loads.split(",")], args.calls.split(",")
+    if args.loads[0] != 0:
+        parser.error("--loads must start with 0 (idle: the ratios' base)")
+    if args.smoke:
+        args.demo_epochs, args.loads = 1, [0, 1]
+    print(f"# {cpu_model()}, {os.cpu_count()} cores; command: {' '.join(sys.argv)}")
+    print(f"# environment: {args.env or 'as given'}; busy process: 1024x1024 matmuls on every core\n")
+    with tempfile.TemporaryDirectory() as scratch:
+        rows = measure(args, Path(scratch))
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    print("\n" + table(rows, args.loads))
+
+
+if __name__ == "__main__":
+    main()
