@@ -17,7 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,6 +39,36 @@ wall, cpu = time.perf_counter(), time.process_time()
 initialize(model, sys.argv[1])
 print(json.dumps({"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}))
 """
+
+
+# the same init twice in one process: its first call and its second (what is paid once a process)
+TWICE = """
+import json, sys, time, timm, structinit
+initialize, seconds = structinit.initialize, []
+for _ in range(2):
+    model = timm.create_model("vit_base_patch16_224")
+    started = time.perf_counter()
+    initialize(model, sys.argv[1])
+    seconds.append(time.perf_counter() - started)
+print(json.dumps(seconds))
+"""
+
+
+def first_and_second(rounds: int, against: Path, scratch: Path) -> str:
+    """mimetic on ViT-B, its first and second call in a fresh process, this checkout and `against`
+    interleaved, idle: medians."""
+    times: dict[str, list[list[float]]] = {"this": [], "against": []}
+    for _ in range(rounds):
+        for label, source in (("this", ROOT / "src"), ("against", against)):
+            shown = subprocess.run(
+                [sys.executable, "-c", TWICE, "mimetic"], env=environment(source, scratch, []), capture_output=True
+            )
+            times[label].append(json.loads(shown.stdout.decode().splitlines()[-1]))
+    return "\n".join(
+        f"mimetic, ViT-B, {label}: first call {statistics.median(t[0] for t in runs):.2f} s, second "
+        f"{statistics.median(t[1] for t in runs):.2f} s (medians of {rounds})"
+        for label, runs in times.items()
+    )
 
 
 def timed(command: list[str], env: dict[str, str]) -> dict[str, float]:
@@ -127,6 +159,23 @@ def table(rows: list[dict], loads: list[int]) -> str:
     return "\n".join(lines)
 
 
+def idle_throughput(rounds: int, scratch: Path) -> str:
+    """Training img/s on an idle machine with OpenMP's spin at structinit's 3,000 turns and at libgomp's
+    300,000, interleaved (epochs 2-3 of `train --data digits --epochs 3`, each round a fresh process): the
+    spin's cost where nothing else runs. The machine's noise is large (one run: 1,000-1,800 img/s)."""
+    speeds: dict[str, list[int]] = {"3000": [], "300000": []}
+    for n in range(rounds):
+        for spin, values in speeds.items():
+            env = {**environment(ROOT / "src", scratch, []), "GOMP_SPINCOUNT": spin}
+            command = [sys.executable, "-m", "structinit", "train", "--data", "digits", "--epochs", "3"]
+            shown = subprocess.run([*command, "--out", str(scratch / f"t{n}-{spin}")], env=env, capture_output=True)
+            values += [int(m) for m in re.findall(rb"epoch [23]/3: .* (\d+) img/s", shown.stdout)]
+    return "\n".join(
+        f"GOMP_SPINCOUNT={spin}: median {statistics.median(v):.0f} img/s over {len(v)} epochs (range {min(v)}-{max(v)})"
+        for spin, v in speeds.items()
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--demo-epochs", type=int, default=30, help="the demo's epochs (30: the README's `make demo`)")
@@ -137,7 +186,13 @@ def main() -> None:
     parser.add_argument("--env", action="append", default=[], help="KEY=VALUE in the calls' environment")
     parser.add_argument("--smoke", action="store_true", help="one demo epoch, loads 0 and 1: the path, not numbers")
     parser.add_argument("--json", help="write every run here too")
+    parser.add_argument(
+        "--idle-throughput", type=int, metavar="ROUNDS", help="only: training img/s by spin count, idle"
+    )
+    parser.add_argument("--first-and-second", type=int, metavar="ROUNDS", help="only: mimetic's 1st/2nd call")
     args = parser.parse_args()
+    if args.first_and_second and not args.against:
+        parser.error("--first-and-second compares with --against SRC")
     args.loads, args.calls = [int(item) for item in args.loads.split(",")], args.calls.split(",")
     if args.loads[0] != 0:
         parser.error("--loads must start with 0 (idle: the ratios' base)")
@@ -145,6 +200,13 @@ def main() -> None:
         args.demo_epochs, args.loads = 1, [0, 1]
     print(f"# {cpu_model()}, {os.cpu_count()} cores; command: {' '.join(sys.argv)}")
     print(f"# environment: {args.env or 'as given'}; busy process: 1024x1024 matmuls on every core\n")
+    if args.idle_throughput or args.first_and_second:
+        with tempfile.TemporaryDirectory() as scratch:
+            if args.idle_throughput:
+                print(idle_throughput(args.idle_throughput, Path(scratch)))
+            else:
+                print(first_and_second(args.first_and_second, Path(args.against).resolve(), Path(scratch)))
+        return
     with tempfile.TemporaryDirectory() as scratch:
         rows = measure(args, Path(scratch))
     if args.json:

@@ -1,0 +1,29 @@
+"""benchmarks/gpu_queue.py: the GPU work queue's whole path on a CPU, and what comes back absorbed once."""
+
+import json
+
+from conftest import load_benchmark
+
+
+def test_the_queue_runs_its_jobs_at_smoke_size_and_absorbs_what_came_back(capsys):
+    queue = load_benchmark("gpu_queue")
+    assert queue.main(["--smoke"]) == 0  # start, poll until the driver ends, absorb: each job must end well
+    assert "smoke: 2 jobs ran, came back and were absorbed" in capsys.readouterr().out
+
+
+def test_absorb_takes_each_done_job_once_and_a_job_without_its_init_waits(tmp_path, capsys):
+    queue = load_benchmark("gpu_queue")
+    back = tmp_path / "out" / "gpu-queue"
+    (back / "table5-200ep-impulse-seed0").mkdir(parents=True)
+    (back / "table5-200ep-impulse-seed0" / "ledger.jsonl").write_text('{"epoch": 1}\n')
+    done = {"table5-200ep-impulse-seed0": {"rc": 0, "minutes": 11.5, "smoke": False}}
+    (back / "state.json").write_text(json.dumps({"done": done}))
+    state, root = tmp_path / "state.json", tmp_path / "repo"
+    assert queue.absorb(tmp_path / "out", state, root) == ["table5-200ep-impulse-seed0"]
+    assert (root / "docs/table5/200ep-impulse-seed0/ledger.jsonl").read_text() == '{"epoch": 1}\n'
+    assert json.loads(state.read_text())["done"] == done
+    assert queue.absorb(tmp_path / "out", state, root) == []  # the next window's poll brings it again: once
+    assert next(j["id"] for j in queue.pending(json.loads(state.read_text()))) == "table5-200ep-mimetic-seed0"
+    queue.main(["status"])
+    listed = capsys.readouterr().out
+    assert "table5-200ep-conditioned-seed0" in listed and "waits (no init)" in listed
