@@ -41,8 +41,8 @@ def test_a_method_a_variant_and_options_in_brackets():
     [
         (
             "xavier",
-            "unknown init 'xavier'; choose from auto, box, default, impulse, impulse-neurips, impulse-soft, kaiming, "
-            "mimetic, qk-norm, random, select, timm",
+            "unknown init 'xavier'; choose from auto, box, conditioned, default, impulse, impulse-neurips, "
+            "impulse-soft, kaiming, mimetic, mimetic-vo, qk-norm, random, select, sinusoidal, timm",
         ),
         ("impulse[target_fidelity=0.9", "options go in brackets at the end"),
         ("impulse[0.9]", "expected key=value, got '0.9'"),

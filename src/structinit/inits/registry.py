@@ -32,6 +32,14 @@ from .options import (
     SwinImpulseOptions,
 )
 from .relpos import check_relpos_impulse, init_relpos_impulse
+from .rivals import (
+    ConditionedOptions,
+    MimeticVOOptions,
+    SinusoidalOptions,
+    init_conditioned,
+    init_mimetic_vo,
+    init_sinusoidal,
+)
 from .rope import RopeImpulseOptions, check_rope_impulse, check_rope_mimetic, init_rope_impulse
 from .selection import check_select, init_select
 
@@ -59,6 +67,9 @@ METHODS: dict[str, InitMethod] = {
     "impulse": InitMethod(init_impulse, ImpulseOptions, records_source=True, check=check_impulse),
     "qk-norm": InitMethod(init_qk_norm, QKNormOptions, check=check_qk_norm),
     "select": InitMethod(init_select, SelectOptions, draws_embeddings=True, records_source=True, check=check_select),
+    "conditioned": InitMethod(init_conditioned, ConditionedOptions),
+    "sinusoidal": InitMethod(init_sinusoidal, SinusoidalOptions),
+    "mimetic-vo": InitMethod(init_mimetic_vo, MimeticVOOptions),
 }
 
 
