@@ -11,7 +11,7 @@ def test_the_queue_runs_its_jobs_at_smoke_size_and_absorbs_what_came_back(capsys
     assert "smoke: 2 jobs ran, came back and were absorbed" in capsys.readouterr().out
 
 
-def test_absorb_takes_each_done_job_once_and_a_job_without_its_init_waits(tmp_path, capsys):
+def test_absorb_takes_each_done_job_once_and_a_job_without_its_init_waits(tmp_path, capsys, monkeypatch):
     queue = load_benchmark("gpu_queue")
     back = tmp_path / "out" / "gpu-queue"
     (back / "table5-200ep-impulse-seed0").mkdir(parents=True)
@@ -24,6 +24,10 @@ def test_absorb_takes_each_done_job_once_and_a_job_without_its_init_waits(tmp_pa
     assert json.loads(state.read_text())["done"] == done
     assert queue.absorb(tmp_path / "out", state, root) == []  # the next window's poll brings it again: once
     assert next(j["id"] for j in queue.pending(json.loads(state.read_text()))) == "table5-200ep-mimetic-seed0"
+    later = {"id": "later", "minutes": 5, "script": "benchmarks/gpu_table5.py", "args": ["--inits", "xavier"]}
+    jobs = json.loads(queue.QUEUE.read_text())["jobs"] + [later]
+    (tmp_path / "queue.json").write_text(json.dumps({"jobs": jobs}))
+    monkeypatch.setattr(queue, "QUEUE", tmp_path / "queue.json")
     queue.main(["status"])
-    listed = capsys.readouterr().out
-    assert "table5-200ep-conditioned-seed0" in listed and "waits (no init)" in listed
+    listed = capsys.readouterr().out.splitlines()
+    assert listed[-1].split() == ["later", "5", "min", "waits", "(no", "init)"]  # an init this checkout lacks
