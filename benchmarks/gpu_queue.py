@@ -61,7 +61,8 @@ def pending(state: dict[str, Any], smoke: bool = False) -> list[dict[str, Any]]:
     if smoke:
         firsts: dict[str, dict[str, Any]] = {}
         for job in filter(runnable, jobs):
-            firsts.setdefault(job["script"], job)
+            if job.get("smoke") is not None:
+                firsts.setdefault(job["script"], job)
         jobs = list(firsts.values())
     return jobs
 
@@ -85,8 +86,9 @@ def drive(work: Path, minutes: float, smoke: bool) -> None:
             break
         out = work / job["id"]
         out.mkdir(parents=True, exist_ok=True)
-        for source, name in job.get("copy", {}).items():  # e.g. the ledger of what is done already
-            shutil.copy(ROOT / source, out / name)
+        for source, name in job.get("copy", {}).items():  # e.g. the ledgers of what is done already
+            copy = shutil.copytree if (ROOT / source).is_dir() else shutil.copy
+            copy(ROOT / source, out / name)
         print(f"{job['id']}: {' '.join(command(job, out, smoke))}", flush=True)
         started = time.monotonic()
         env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
@@ -137,7 +139,8 @@ def poll(work: Path, seconds: float, out: Path) -> str:
     (back / "state.json").write_text(json.dumps(state, indent=1, sort_keys=True) + "\n")
     for job in pending({}):
         folder = work / job["id"]
-        for path in folder.rglob("*") if folder.is_dir() else []:
+        found = [p for pattern in job.get("returns", ["**/*"]) for p in folder.glob(pattern)] if folder.is_dir() else []
+        for path in found:
             if path.is_file() and path.suffix != ".pt" and path.stat().st_size <= SMALL:
                 target = back / job["id"] / path.relative_to(folder)
                 target.parent.mkdir(parents=True, exist_ok=True)

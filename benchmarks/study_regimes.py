@@ -135,6 +135,10 @@ SEARCH_CHOICE: list[str] = ["impulse[vproj=keep,base=kaiming,target_fidelity=0.0
 SOFT_CONTROLS: list[str] = ["qk-norm[norm=2.8,base=kaiming]", "qk-norm[norm=4.0]"]  # SEARCH_CHOICE's, impulse-soft's
 
 
+# the data-free inits published since the paper (inits/rivals.py), last: the GPU queue trains them (issue 69)
+RIVALS = ["conditioned", "sinusoidal", "mimetic-vo"]
+
+
 def main_inits(control_norm: float) -> list[str]:
     """The comparison: the authors' baseline, timm's, mimetic, the paper's impulse (on timm's base, and the
     authors' own code on theirs), the 64-token soft setting, and the bundle without its structure at
@@ -142,7 +146,7 @@ def main_inits(control_norm: float) -> list[str]:
     controls. Listed in the order they train within a seed: the paper's method (and the best setting
     found) and the baselines it must beat first, so that a partial grid answers the main question."""
     others = [MIMETIC, "kaiming", "timm", control(control_norm), "impulse-neurips", "impulse-soft"]
-    return [BUNDLE, *SEARCH_CHOICE, *others, *SOFT_CONTROLS]
+    return [BUNDLE, *SEARCH_CHOICE, *others, *SOFT_CONTROLS, *RIVALS]
 
 
 def control(norm: float) -> str:
