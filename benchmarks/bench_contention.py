@@ -6,7 +6,7 @@ under the same loads, interleaved.
 
     .venv/bin/python benchmarks/bench_contention.py                  # ~25 min on 2 cores
     .venv/bin/python benchmarks/bench_contention.py --demo-epochs 3 --against ../wt-80c85a9/src
-    .venv/bin/python benchmarks/bench_contention.py --smoke          # the whole path in ~1 min
+    .venv/bin/python benchmarks/bench_contention.py --smoke          # the whole path in ~2 min
 
 Goals (issue 68): beside two busy processes on 2 cores each call within 3x its idle wall time (a third of
 the machine is a fair share) and within 1.3x its idle CPU time (threads that wait do not spin).

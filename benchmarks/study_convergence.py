@@ -9,7 +9,7 @@ script trains to convergence on a 2-core CPU, resumably, through the same traine
     .venv/bin/python benchmarks/study_convergence.py --part protocol   # the acceptance cells, on the test set
     .venv/bin/python benchmarks/study_convergence.py --part extended   # 100 per class, 2 heads at 500
     .venv/bin/python benchmarks/study_convergence.py --part docs       # tables and curves from finished runs
-    .venv/bin/python benchmarks/study_convergence.py --smoke --out /tmp/conv   # the pipeline, in a minute
+    .venv/bin/python benchmarks/study_convergence.py --smoke --out /tmp/conv   # the pipeline, ~2 min on 2 cores
     .venv/bin/python benchmarks/study_convergence.py --part sizing     # why this model: step times (idle machine)
 
 Protocol. CIFAR-10 (../shared/datasets/cifar10), stratified subsets of 200 and 500 images per class

@@ -10,7 +10,7 @@ compares the inits in it and takes the impulse bundle apart (docs/studies/regime
     .venv/bin/python benchmarks/study_regimes.py --part ablate      # the bundle, one part at a time
     .venv/bin/python benchmarks/study_regimes.py --part search      # settings of impulse, validation split
     .venv/bin/python benchmarks/study_regimes.py --part docs        # docs/regimes.csv and tables
-    .venv/bin/python benchmarks/study_regimes.py --smoke --out /tmp/regimes   # the pipeline, in a minute
+    .venv/bin/python benchmarks/study_regimes.py --smoke --out /tmp/regimes   # the pipeline, ~2 min on 2 cores
     .venv/bin/python benchmarks/study_regimes.py --part sizing      # why this model: img/s (idle machine)
 
 Calibration. A regime qualifies when, on its validation split (2 seeds), mimetic on the authors' base

@@ -9,7 +9,7 @@ classes (5-9), every init x 3 seeds; settings are chosen on a validation split, 
     .venv/bin/python benchmarks/study_selection.py --part teachers --teachers timm   # then its students
     .venv/bin/python benchmarks/study_selection.py --part students   # every student whose teacher is here
     .venv/bin/python benchmarks/study_selection.py --part docs       # docs/selection.md tables and figure
-    .venv/bin/python benchmarks/study_selection.py --smoke --out /tmp/selection   # the pipeline, in a minute
+    .venv/bin/python benchmarks/study_selection.py --smoke --out /tmp/selection   # the pipeline, ~1 min on 2 cores
 
 Every finished run's row goes to docs/selection-runs.jsonl (commit it as runs finish). Teachers are run
 directories under OUT/teachers, not committed: a student trains where its teacher is, so on a 2-core

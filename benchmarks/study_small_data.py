@@ -5,7 +5,7 @@ regenerated and an interrupted study resumes where it stopped (finished runs are
 
     .venv/bin/python benchmarks/study_small_data.py --part protocol # the default protocol (< 3 h on 2 cores)
     .venv/bin/python benchmarks/study_small_data.py                 # protocol, extended grid, levers (hours)
-    .venv/bin/python benchmarks/study_small_data.py --smoke         # minutes; writes under --out only
+    .venv/bin/python benchmarks/study_small_data.py --smoke         # ~2.5 min on 2 cores; writes under --out only
     .venv/bin/python benchmarks/study_small_data.py --part timing   # wall-clock of protocol and extended, projected
     .venv/bin/python benchmarks/study_small_data.py --part docs     # the docs from the ledger and finished runs
 

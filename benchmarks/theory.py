@@ -13,7 +13,7 @@ CIFAR-10 from ../shared/datasets/cifar10, 200 images per class, the full test se
 recipe for 15 epochs, seed 0 (more with --seeds). Resumable (finished runs are skipped):
 
     .venv/bin/python benchmarks/theory.py              # 26 min on 2 cores (one seed)
-    .venv/bin/python benchmarks/theory.py --smoke      # a minute; writes under --out only
+    .venv/bin/python benchmarks/theory.py --smoke      # ~1.5 min on 2 cores; writes under --out only
 
 Writes the tables into docs/theory.md (between its markers) and docs/figures/theory*.png.
 """
