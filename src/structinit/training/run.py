@@ -52,6 +52,19 @@ class TrainingDiverged(RunError):
     """The loss became NaN or infinite."""
 
 
+def updates_per_epoch(steps: int, accum: int) -> int:
+    """Optimiser steps an epoch of `steps` batches: one per `accum` (--grad-accum-steps), the last of fewer (timm's)."""
+    return -(-steps // accum)
+
+
+def accumulation(step: int, steps: int, accum: int, updates_before: int) -> tuple[int | None, float]:
+    """Batch `step` of an epoch of `steps` in groups of `accum` (--grad-accum-steps): the run's optimiser step
+    it ends (counted from `updates_before`, the epoch's first), None if it ends none, and its loss's share."""
+    first = step - step % accum
+    end = min(first + accum, steps)
+    return (updates_before + step // accum if step + 1 == end else None), 1 / (end - first)
+
+
 def epoch_seed(seed: int, epoch: int) -> int:
     return (seed * 1_000_003 + epoch * 7_919 + 17) % (2**31)
 
@@ -166,6 +179,7 @@ class Run:
         )
         feed = feed_of(config, world, show=world.main and not config.quiet)
         self.batches = batches_for(self.data, self.recipe.model, feed, self.device, self.recipe.mixup)
+        self.updates = updates_per_epoch(self.batches.steps, config.grad_accum_steps)
         self.startup: list[str] = []
         if world.main:
             measure_init(self.recipe.report, self.recipe.model, self.data, config.init_spec.kernel_size or 3)
@@ -198,19 +212,6 @@ class Run:
         self.recipe.schedule(self.updates, start)
         return start
 
-    @property
-    def updates(self) -> int:
-        """Optimiser steps an epoch: one per --grad-accum-steps batches, the last of fewer where they do not
-        divide (as timm's)."""
-        return -(-self.batches.steps // self.config.grad_accum_steps)
-
-    def accumulation(self, step: int) -> tuple[int, int]:
-        """The batches whose gradients add up with batch `step`'s, and the batch after the last of them."""
-        accum = self.config.grad_accum_steps
-        first = step - step % accum
-        end = min(first + accum, self.batches.steps)
-        return end - first, end
-
     def train_epoch(self, epoch: int) -> dict[str, Any]:
         """Train one epoch, evaluate when due, and checkpoint it if its weights are good."""
         config, world, steps, updates = self.config, self.world, self.batches.steps, self.updates
@@ -223,9 +224,8 @@ class Run:
         total_loss, seen = torch.zeros((), device=self.device), 0
         losses, checked, done = torch.empty(steps, device=self.device), 0, 0
         for step, (images, labels) in enumerate(self.batches.train(epoch, generator)):
-            group, end = self.accumulation(step)
-            update = epoch * updates + step // config.grad_accum_steps if step + 1 == end else None
-            losses[step] = loss = self.recipe.step(images, labels, update, 1 / group).detach()
+            update, share = accumulation(step, steps, config.grad_accum_steps, epoch * updates)
+            losses[step] = loss = self.recipe.step(images, labels, update, share).detach()
             total_loss += loss * len(images)
             seen, done = seen + len(images), step + 1
             if done % FINITE_CHECK_STEPS == 0:

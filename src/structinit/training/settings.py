@@ -39,6 +39,7 @@ COMPILE_HELP = "torch.compile the model (inductor); default: on CUDA only (--no-
 COMPILE_MODE_HELP = "torch.compile's mode for training (reduce-overhead: CUDA graphs); giving one compiles"
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 COMPILE_MODE = {"aliases": ("--torchcompile-mode",), "choices": COMPILE_MODES, "since": "0.4.0"}
+ACCUM_HELP = "batches whose gradients add up to one optimiser step (timm's): each step sees N x --batch-size images"
 INIT_SHORT = "init label, e.g. impulse, timm (init --list-options); auto: mimetic[base=kaiming] on ViTs"
 
 
@@ -80,14 +81,7 @@ class TrainConfig(DataSettings):
     batch_size: int = setting(
         128, group="common", aliases=("-b",), bounds="[1, inf)", metavar="N", help="global batch size"
     )
-    grad_accum_steps: int = setting(
-        1,
-        group="optim",
-        bounds="[1, inf)",
-        metavar="N",
-        help="batches whose gradients add up to one optimiser step (timm's): each step sees N x --batch-size images",
-        since="0.5.0",
-    )
+    grad_accum_steps: int = setting(1, group="optim", bounds="[1, inf)", metavar="N", help=ACCUM_HELP, since="0.5.0")
     lr: float = setting(1e-3, group="common", bounds="(0, inf)", help="peak learning rate", resume="schedule")
     opt: str = setting(
         "adamw",
