@@ -71,7 +71,7 @@ def written_weights(case: tuple, folder: Path) -> dict[str, torch.Tensor]:
 
     model, kwargs, init, seed = case
     path = folder / "init.safetensors"
-    argv = ["init", model, "--init", init, "--seed", str(seed), "--save", str(path)]
+    argv = ["init", model, "--init", init, "--seed", str(seed), "--save", str(path), "--overwrite"]  # one scratch file
     if model in PRESET_DATA:  # pinned when `init vit_digits` built timm's 1000 classes and 3 channels: kept so
         argv += ["--num-classes", "1000"]
         kwargs = ",".join(filter(None, [kwargs, "in_chans=3"]))
