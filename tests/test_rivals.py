@@ -71,3 +71,14 @@ def test_the_rivals_refuse_a_family_they_do_not_apply_to_before_any_write():
         with pytest.raises(ValueError, match=label):
             structinit.initialize(mixer, label, seed=0)
     assert all(torch.equal(t, before[n]) for n, t in mixer.state_dict().items())
+
+
+def test_conditioned_refuses_query_rows_beyond_the_inputs_before_any_write():
+    """A layer whose Q/K has more rows than inputs (here the last block's heads widened to 64 each) cannot be
+    made orthonormal: refused before the first block, which could be, is written."""
+    model = small_vit(embed_dim=96, num_heads=3)
+    model.blocks[-1].attn.qkv, model.blocks[-1].attn.head_dim = torch.nn.Linear(96, 3 * 192), 64
+    before = weights(model)
+    with pytest.raises(ValueError, match="conditioned: 192 query rows over 96 inputs cannot be orthonormal"):
+        structinit.initialize(model, "conditioned", seed=0)
+    assert all(torch.equal(t, before[n]) for n, t in model.state_dict().items())

@@ -276,9 +276,6 @@ AFTER_INTERRUPT["demo"] = AFTER_INTERRUPT["choose"] = AFTER_INTERRUPT["compare"]
 EXTRAS = {"matplotlib": "train", "sklearn": "train", "tensorboard": "log", "wandb": "log"}
 
 
-# timm train.py flags this trainer does not take, and what to do instead
-
-
 def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()  # a budget (choose --minutes) counts from here, before torch and timm load
     args, unknown = build_parser().parse_known_args(argv)

@@ -36,6 +36,7 @@ from .rivals import (
     ConditionedOptions,
     MimeticVOOptions,
     SinusoidalOptions,
+    check_conditioned,
     init_conditioned,
     init_mimetic_vo,
     init_sinusoidal,
@@ -67,7 +68,7 @@ METHODS: dict[str, InitMethod] = {
     "impulse": InitMethod(init_impulse, ImpulseOptions, records_source=True, check=check_impulse),
     "qk-norm": InitMethod(init_qk_norm, QKNormOptions, check=check_qk_norm),
     "select": InitMethod(init_select, SelectOptions, draws_embeddings=True, records_source=True, check=check_select),
-    "conditioned": InitMethod(init_conditioned, ConditionedOptions),
+    "conditioned": InitMethod(init_conditioned, ConditionedOptions, check=check_conditioned),
     "sinusoidal": InitMethod(init_sinusoidal, SinusoidalOptions),
     "mimetic-vo": InitMethod(init_mimetic_vo, MimeticVOOptions),
 }

@@ -66,10 +66,16 @@ def init_conditioned(
     return adapter.measured_layers(kernel_size)
 
 
+def check_conditioned(adapter: ModelAdapter, options: ConditionedOptions) -> None:
+    """Refused before any write: Q/K of more rows than inputs, which no rows can make orthonormal."""
+    for layer in adapter.layers():
+        rows, cols = layer.qk_weights()[0].shape
+        if rows > cols:
+            raise ValueError(f"conditioned: {rows} query rows over {cols} inputs cannot be orthonormal")
+
+
 def _orthonormal_rows(rows: int, cols: int, generator: torch.Generator) -> torch.Tensor:
     """A (rows, cols) matrix with orthonormal rows (rows <= cols) from a Gaussian draw (QR, signs fixed)."""
-    if rows > cols:
-        raise ValueError(f"conditioned: {rows} query rows over {cols} inputs cannot be orthonormal")
     gaussian = torch.randn(cols, rows, generator=generator, dtype=torch.float64)
     q, r = torch.linalg.qr(gaussian)
     return (q * torch.sign(torch.diagonal(r))).T.float()
@@ -79,10 +85,11 @@ def init_sinusoidal(
     adapter: ModelAdapter, generator: torch.Generator, *, kernel_size: int, options: SinusoidalOptions
 ) -> list[LayerReport]:
     """Every Linear and Conv weight of the model sinusoidal (a fused qkv as its three matrices), biases 0."""
+    fused = _fused_qkv(adapter)
     for module in adapter.model.modules():
         if isinstance(module, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)):
             weight = module.weight.view(module.weight.shape[0], -1)
-            parts = 3 if _is_fused_qkv(adapter, module) else 1
+            parts = 3 if fused.get(module.weight.data_ptr()) == weight.shape[0] else 1
             for block in weight.chunk(parts):
                 block.copy_(sinusoid(*block.shape).to(block.dtype))
             if module.bias is not None:
@@ -90,13 +97,10 @@ def init_sinusoidal(
     return adapter.measured_layers(kernel_size)
 
 
-def _is_fused_qkv(adapter: ModelAdapter, module: nn.Module) -> bool:
-    """Whether the module's weight holds a layer's query, key and value rows (timm's qkv)."""
-    for layer in adapter.layers():
-        query = layer.qk_weights()[0]
-        if query.data_ptr() == module.weight.data_ptr() and module.weight.shape[0] == 3 * query.shape[0]:
-            return True
-    return False
+def _fused_qkv(adapter: ModelAdapter) -> dict[int, int]:
+    """Where each layer's query rows begin -> the rows a weight holding its query, key and value rows has
+    (timm's fused qkv: a module's weight that starts there with that many rows is one)."""
+    return {query.data_ptr(): 3 * query.shape[0] for query in (layer.qk_weights()[0] for layer in adapter.layers())}
 
 
 def sinusoid(rows: int, cols: int) -> torch.Tensor:
