@@ -8,6 +8,7 @@ regenerated and an interrupted study resumes where it stopped (finished runs are
     .venv/bin/python benchmarks/study_small_data.py --smoke         # ~2.5 min on 2 cores; writes under --out only
     .venv/bin/python benchmarks/study_small_data.py --part timing   # wall-clock of protocol and extended, projected
     .venv/bin/python benchmarks/study_small_data.py --part docs     # the docs from the ledger and finished runs
+    .venv/bin/python benchmarks/study_small_data.py --part rivals   # the newer data-free inits (~1 h on 2 cores)
 
 Protocol (the acceptance cells): CIFAR-10 (../shared/datasets/cifar10), stratified subsets of 200
 and 500 images per class (one fixed draw, subset seed 0), the full 10,000-image test set, the
@@ -19,6 +20,8 @@ form) and impulse-soft (the soft maps chosen at 64 tokens); a ConvMixer of the s
 and kernel as the CNN reference row at 100, 200 and 500 per class.
 Extended: the 12-head ViT at 100 per class and kaiming with 3 heads.
 Levers: 200 per class, 12 heads, one seed each (some three), each a change to impulse.
+Rivals: 200 per class, 12 heads, 3 seeds: the regime study's candidates mimetic[base=kaiming] and impulse (today's
+default form) and the newer data-free inits (conditioned, sinusoidal, mimetic-vo), beside the protocol's runs.
 Every finished run is a row of the ledger docs/results-runs.jsonl (curve included), from which
 docs/results.csv, the tables of docs/studies/small-data.md and docs/figures/ are made; runs it holds are not
 trained again, so the study resumes on a checkout without runs/.
@@ -187,6 +190,18 @@ LEVERS = [
         {"epochs": 60},
     ),
 ]
+# the newer data-free inits beside the regime study's two candidates; timm and kaiming are the protocol's runs
+RIVALS = [
+    Grid(
+        "rivals-h12",
+        "vit_d6_p4",
+        H12,
+        200,
+        ["mimetic[base=kaiming]", "impulse", "conditioned", "sinusoidal", "mimetic-vo"],
+        SEEDS,
+        reference="vit-h12",
+    )
+]
 SMOKE_PROTOCOL = [
     Grid(
         "vit-h12",
@@ -199,6 +214,7 @@ SMOKE_PROTOCOL = [
     Grid("convmixer", "convmixer_d6_p4", {"depth": 2}, 8, ["default"], [0]),
 ]
 SMOKE_EXTENDED = [Grid("vit-h12", "vit_d6_p4", {**H12, "depth": 2}, 8, ["mimetic"], [0])]
+SMOKE_RIVALS = [Grid("rivals-h12", "vit_d6_p4", {**H12, "depth": 2}, 8, ["conditioned"], [0], reference="vit-h12")]
 SMOKE_LEVERS = [
     Grid(
         "levers-h12",
@@ -326,7 +342,7 @@ def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid]) -> Non
             caption += f" (the {len(curved)} of its {len(grid_rows)} runs that kept a curve)"
         section = f"### {name} ({recipe_name(grid)})\n\n{results_markdown(grid_rows, wide=True)}"
         sections.append(section + (f"\n![{caption}](../figures/{figure.name})\n" if figure.exists() else ""))
-    protocol = [r for r in rows if not r["grid"].startswith("levers")]
+    protocol = [r for r in rows if not r["grid"].startswith(("levers", "rivals"))]
     minutes = sum(r["secs"] for r in protocol) / 60
     cost = (
         f"Finished protocol and extended runs: {len(protocol)}, {minutes:.0f} min of training (evaluation excluded; "
@@ -354,9 +370,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", default="cifar10:../shared/datasets/cifar10", help="structinit --data spec")
     parser.add_argument(
         "--part",
-        choices=["protocol", "extended", "levers", "all", "docs", "timing"],
+        choices=["protocol", "extended", "levers", "rivals", "all", "docs", "timing"],
         default="all",
-        help="what to run; 'all' is protocol, extended, levers; 'docs' only rewrites the docs from finished runs; "
+        help="what to run; 'all' is protocol, extended, levers, rivals; 'docs' only rewrites the docs from finished "
+        "runs; "
         "'timing' projects the wall-clock of protocol and extended",
     )
     parser.add_argument("--out", default="runs/study", help="run directories (resumable)")
@@ -367,8 +384,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = Path(args.out)
     docs = study_docs(out, args, ROOT / "docs", Path(__file__).name)
-    protocol, extended, levers = (
-        (SMOKE_PROTOCOL, SMOKE_EXTENDED, SMOKE_LEVERS) if args.smoke else (PROTOCOL, EXTENDED, LEVERS)
+    protocol, extended, levers, rivals = (
+        (SMOKE_PROTOCOL, SMOKE_EXTENDED, SMOKE_LEVERS, SMOKE_RIVALS)
+        if args.smoke
+        else (PROTOCOL, EXTENDED, LEVERS, RIVALS)
     )
     if args.part == "timing":
         protocol_timing({"protocol": protocol, "extended": extended}, args.data, out, docs, args.smoke)
@@ -377,10 +396,11 @@ def main(argv: list[str] | None = None) -> int:
         "protocol": protocol,
         "extended": extended,
         "levers": levers,
-        "all": protocol + extended + levers,
+        "rivals": rivals,
+        "all": protocol + extended + levers + rivals,
         "docs": [],
     }[args.part]
-    grids = protocol + extended + levers
+    grids = protocol + extended + levers + rivals
     start = time.perf_counter()
     for i, grid in enumerate(todo, 1):
         print(

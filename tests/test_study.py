@@ -34,6 +34,7 @@ def test_smoke_study_runs_every_grid_writes_the_docs_and_resumes(tmp_path, capsy
         ("vit-h12", "mimetic"),  # the extended grid, in the protocol's grid directory
         ("convmixer", "default"),
         ("levers-h12", "impulse[target_fidelity=0.9,pos_scale=18.0,vproj=mimetic,base=keep]"),
+        ("rivals-h12", "conditioned"),
     }
     assert all(r["per_class"] == "8" and r["epochs"] == "1" and 0 <= float(r["top1"]) <= 100 for r in rows)
     assert {r["dataset"] for r in rows} == {"images"}  # imagefolder:PATH is named by its folder
@@ -46,6 +47,9 @@ def test_smoke_study_runs_every_grid_writes_the_docs_and_resumes(tmp_path, capsy
         "| impulse[target_fidelity=0.9,pos_scale=18.0,vproj=mimetic,base=keep] | 1 |" in levers
         and "| timm | 1 |" in levers
     )  # beside the reference
+    rivals = results[results.index("### rivals-h12") :]
+    assert "| conditioned | 1 |" in rivals and "| timm | 1 |" in rivals
+    assert "Finished protocol and extended runs: 5," in results  # levers and rivals are not the protocol's
     assert (docs / "figures" / "attention-impulse-init.png").exists()
     assert (docs / "figures" / "attention-impulse-trained.png").exists()
 
@@ -66,8 +70,8 @@ def test_a_study_resumes_from_its_ledger_on_a_checkout_without_run_directories(s
     assert study.main([*args, "--part", "all"]) == 0
     docs = out / "docs"
     listed, ledger = (docs / "results.csv").read_text(), (docs / "results-runs.jsonl").read_text()
-    assert len(ledger.splitlines()) == len(listed.splitlines()) - 1 == 6 and '"curve": [[1, ' in ledger
-    for grid in ("vit-h12", "convmixer", "levers-h12"):  # a fresh clone has no runs/
+    assert len(ledger.splitlines()) == len(listed.splitlines()) - 1 == 7 and '"curve": [[1, ' in ledger
+    for grid in ("vit-h12", "convmixer", "levers-h12", "rivals-h12"):  # a fresh clone has no runs/
         shutil.rmtree(out / grid)
     assert study.main([*args, "--part", "docs"]) == 0
     assert (docs / "results.csv").read_text() == listed and (docs / "results-runs.jsonl").read_text() == ledger
