@@ -12,10 +12,11 @@ and here, with the files that came back:
 
 `start` unpacks the carried .gpu-data (benchmarks/cifar_pack.py's pack or ../shared/tools/gpu_data.py's) where
 CIFAR-10 lies here, then a driver in the background runs the jobs not done, in order, each while the minutes
-left hold its `minutes`; a job whose init this checkout lacks waits (later jobs go on). Every poll copies to
-$OUT/gpu-queue/: the driver's log, each job's small files (no checkpoints) and the state with the jobs that
-ended well, so a machine lost midway loses one job at most, and the next window goes on where this one
-stopped.
+left hold its `minutes`; a job longer than what is left, or whose init this checkout lacks, waits (later jobs go
+on). `--minutes`: the device time left (`status`'s budget_left_s) less the start-up: a Table 5 job needs 12.
+Every poll copies to $OUT/gpu-queue/: the driver's log, each job's small files (no checkpoints) and the state
+with the jobs that ended well, so a machine lost midway loses one job at most, and the next window goes on where
+this one stopped.
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ def command(job: dict[str, Any], out: Path, smoke: bool) -> list[str]:
 
 
 def drive(work: Path, minutes: float, smoke: bool) -> None:
-    """Run the pending jobs in order while the minutes left hold each one's; log each end in work/ended.json."""
+    """Run the pending jobs in order, each one whose minutes the window still holds (a longer one waits for a
+    longer window; the shorter ones after it go on); log each end in work/ended.json."""
     deadline = time.monotonic() + 60 * minutes
     ended = read_json(work / "ended.json", {})
     for job in pending(read_json(work / "state.json", {}), smoke):
@@ -83,8 +85,8 @@ def drive(work: Path, minutes: float, smoke: bool) -> None:
         if job["id"] in ended or not runnable(job):
             continue
         if job["minutes"] > left and not smoke:
-            print(f"{job['id']}: needs {job['minutes']} min, {left:.1f} left: the next window", flush=True)
-            break
+            print(f"{job['id']}: needs {job['minutes']} min, {left:.1f} left: waits for a longer window", flush=True)
+            continue
         out = work / job["id"]
         out.mkdir(parents=True, exist_ok=True)
         for source, name in job.get("copy", {}).items():  # e.g. the ledgers of what is done already

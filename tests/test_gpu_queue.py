@@ -1,6 +1,7 @@
 """benchmarks/gpu_queue.py: the GPU work queue's whole path on a CPU, and what comes back absorbed once."""
 
 import json
+import sys
 
 import pytest
 
@@ -57,3 +58,22 @@ def test_the_data_unpacks_from_either_pack_and_a_missing_pack_says_what_to_carry
     assert (tmp_path / "b/train/cat/x.jpg").read_text() == f"unpack {shared}"
     with pytest.raises(SystemExit, match=r"no CIFAR-10 pack in .*empty: run `python3 benchmarks/cifar_pack.py pack"):
         queue.unpack_data(tmp_path / "empty", tmp_path / "c")
+
+
+def test_a_job_longer_than_the_window_waits_and_the_shorter_ones_after_it_run(tmp_path, monkeypatch):
+    queue = load_benchmark("gpu_queue")
+    jobs = [
+        {"id": "long", "minutes": 12, "script": "benchmarks/x.py", "args": []},
+        {"id": "short", "minutes": 3, "script": "benchmarks/x.py", "args": []},
+        {"id": "fills", "minutes": 6, "script": "benchmarks/x.py", "args": []},
+        {"id": "longer", "minutes": 9, "script": "benchmarks/x.py", "args": []},
+    ]
+    (tmp_path / "queue.json").write_text(json.dumps({"jobs": jobs}))
+    monkeypatch.setattr(queue, "QUEUE", tmp_path / "queue.json")
+    monkeypatch.setattr(queue, "command", lambda job, out, smoke: [sys.executable, "-c", "pass"])
+    work = tmp_path / "work"
+    work.mkdir()
+    queue.drive(work, minutes=8, smoke=False)
+    ended = json.loads((work / "ended.json").read_text())
+    assert list(ended) == ["short", "fills"]  # 12 and 9 > 8 wait; 3 and 6 run (each in a moment here)
+    assert all(e["rc"] == 0 for e in ended.values())
