@@ -1,7 +1,7 @@
 """The GPU work queue: the one thing a lent GPU window runs (DEVELOPERS.md). The jobs are committed, in
 order, in benchmarks/gpu_queue.json; docs/gpu-queue-state.json says which are done. On the device:
 
-    python3 benchmarks/gpu_queue.py start --minutes 11    # the next jobs that fit 11 minutes, in the background
+    python3 benchmarks/gpu_queue.py start --minutes 12    # the next jobs that fit 12 minutes, in the background
     python3 benchmarks/gpu_queue.py poll 500              # wait up to 500 s; each job's small files to $OUT
 
 and here, with the files that came back:
@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("action", nargs="?", choices=("start", "poll", "drive", "absorb", "status"), default="status")
     parser.add_argument("target", nargs="?", help="poll: seconds (default 500); absorb: the folder that came back")
-    parser.add_argument("--minutes", type=float, default=11.0, help="start: device minutes this window has left")
+    parser.add_argument("--minutes", type=float, default=12.0, help="start: device minutes this window has left")
     parser.add_argument("--work", type=Path, default=Path("/tmp/gpu-queue"), help="where the jobs run")
     parser.add_argument("--smoke", action="store_true", help="start, poll and absorb on a CPU, jobs at --smoke size")
     args = parser.parse_args(argv)
