@@ -373,8 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         choices=["protocol", "extended", "levers", "rivals", "all", "docs", "timing"],
         default="all",
         help="what to run; 'all' is protocol, extended, levers, rivals; 'docs' only rewrites the docs from finished "
-        "runs; "
-        "'timing' projects the wall-clock of protocol and extended",
+        "runs; 'timing' projects the wall-clock of protocol and extended",
     )
     parser.add_argument("--out", default="runs/study", help="run directories (resumable)")
     parser.add_argument(
