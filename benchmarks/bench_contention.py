@@ -140,8 +140,7 @@ def measure(args: argparse.Namespace, scratch: Path) -> list[dict]:
 
 
 def median(rows: list[dict], key: tuple, field: str) -> float:
-    values = sorted(row[field] for row in rows if (row["workload"], row["checkout"], row["busy"]) == key)
-    return values[len(values) // 2]
+    return statistics.median_high(row[field] for row in rows if (row["workload"], row["checkout"], row["busy"]) == key)
 
 
 def table(rows: list[dict], loads: list[int]) -> str:

@@ -22,6 +22,7 @@ from torch import nn
 from ..adapters import ModelAdapter
 from ..report import LayerReport
 from .options import MethodOptions, base, factor
+from .solvers import orthonormal_basis
 
 
 @dataclass(frozen=True)
@@ -77,8 +78,7 @@ def check_conditioned(adapter: ModelAdapter, options: ConditionedOptions) -> Non
 def _orthonormal_rows(rows: int, cols: int, generator: torch.Generator) -> torch.Tensor:
     """A (rows, cols) matrix with orthonormal rows (rows <= cols) from a Gaussian draw (QR, signs fixed)."""
     gaussian = torch.randn(cols, rows, generator=generator, dtype=torch.float64)
-    q, r = torch.linalg.qr(gaussian)
-    return (q * torch.sign(torch.diagonal(r))).T.float()
+    return orthonormal_basis(gaussian).T.float()
 
 
 def init_sinusoidal(

@@ -127,14 +127,18 @@ def closed_form(
     gauss = torch.empty(len(offsets), head_dim, width, dtype=torch.float64).normal_(generator=generator)
     if zero_mean:
         gauss -= gauss.mean(1, keepdim=True)
-    basis, triangle = torch.linalg.qr(gauss)
-    # the QR with R's diagonal positive, which is unique: kernels differ in the signs they return
-    basis = basis * triangle.diagonal(dim1=-2, dim2=-1).sign().unsqueeze(-2)
-    rotations = basis.transpose(1, 2)  # (heads, width, head_dim), orthonormal rows
+    rotations = orthonormal_basis(gauss).transpose(1, 2)  # (heads, width, head_dim), orthonormal rows
     root = 1.0 / math.sqrt(scale)
     q = torch.stack([q for q, _ in solved]) @ rotations  # in float64: rounded once, the same on every CPU
     k = torch.stack([k for _, k in solved]) @ rotations
     return (q * root).float(), (k * root).float()
+
+
+def orthonormal_basis(gauss: torch.Tensor) -> torch.Tensor:
+    """The orthonormal columns of the QR of `gauss` (..., m, n), R's diagonal made positive: that QR is
+    unique, so every LAPACK kernel gives the same columns (kernels differ in the signs they return)."""
+    basis, triangle = torch.linalg.qr(gauss)
+    return basis * triangle.diagonal(dim1=-2, dim2=-1).sign().unsqueeze(-2)
 
 
 def authors_closed_form(
