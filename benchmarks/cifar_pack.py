@@ -6,7 +6,8 @@
 Every one of the 60,000 files begins with the same 623 bytes (the JPEG headers and tables of one encoder
 setting), which are 69 % of the 55 MB: the pack keeps them once, then each file's remaining bytes, and the
 folders with their counts (files are named 0000.jpg, 0001.jpg, ... in each class folder; other names are
-refused). Unpacking writes the same bytes under the same names, so the data's fingerprint is the same.
+refused). Unpacking writes the same bytes under the same names, so the data's fingerprint is the same. It
+also unpacks the pack of ../shared/tools/gpu_data.py (58 MB), with the unpacker that pack carries.
 The standard library only: the device's python3 runs it.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from array import array
 
@@ -62,6 +64,14 @@ def pack(root: str, dest: str) -> None:
 
 
 def unpack(src: str, dest: str) -> None:
+    if os.path.isfile(os.path.join(src, "cifar10.bin")):  # ../shared/tools/gpu_data.py's pack: its own unpacker
+        subprocess.check_call([sys.executable, os.path.join(src, "gpu_data.py"), "unpack", src, dest])
+        return
+    if not os.path.isfile(os.path.join(src, "cifar10.json")):
+        sys.exit(
+            f"cifar_pack: no CIFAR-10 pack in {src}: run `python3 benchmarks/cifar_pack.py pack "
+            f"../shared/datasets/cifar10 .gpu-data` here and carry .gpu-data"
+        )
     with open(os.path.join(src, "cifar10.json")) as f:
         meta = json.load(f)
     prefix, sizes = bytes.fromhex(meta["prefix"]), array("I")

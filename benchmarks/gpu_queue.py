@@ -10,7 +10,7 @@ and here, with the files that came back:
     .venv/bin/python benchmarks/gpu_queue.py status             # what is done and what comes next
     .venv/bin/python benchmarks/gpu_queue.py --smoke            # start, poll and absorb on a CPU (CI), ~1 min
 
-`start` unpacks the carried .gpu-data (benchmarks/cifar_pack.py's pack or ../shared/tools/gpu_data.py's) where
+`start` unpacks the carried .gpu-data (cifar_pack.py: its own pack or ../shared/tools/gpu_data.py's) where
 CIFAR-10 lies here, then a driver in the background runs the jobs not done, in order, each while the minutes
 left hold its `minutes`; a job longer than what is left, or whose init this checkout lacks, waits (later jobs go
 on). `--minutes`: the device time left (`status`'s budget_left_s) less the start-up: a Table 5 job needs 12.
@@ -101,26 +101,11 @@ def drive(work: Path, minutes: float, smoke: bool) -> None:
         print(f"{job['id']}: exit {rc} after {ended[job['id']]['minutes']} min", flush=True)
 
 
-def unpack_data(packed: Path, dest: Path) -> None:
-    """CIFAR-10 from the carried pack, in either format: benchmarks/cifar_pack.py's (18 MB) or the pack of
-    ../shared/tools/gpu_data.py, which copies its own unpacker in beside cifar10.bin."""
-    if (packed / "cifar10.bin").is_file():
-        unpacker = packed / "gpu_data.py"
-    elif (packed / "cifar10.json").is_file():
-        unpacker = ROOT / "benchmarks" / "cifar_pack.py"
-    else:
-        raise SystemExit(
-            f"gpu_queue.py: no CIFAR-10 pack in {packed}: run `python3 benchmarks/cifar_pack.py pack "
-            "../shared/datasets/cifar10 .gpu-data` here and carry .gpu-data"
-        )
-    subprocess.check_call([sys.executable, str(unpacker), "unpack", str(packed), str(dest)])
-
-
 def start(work: Path, minutes: float, smoke: bool) -> None:
     if (work / "pid").is_file() and alive(int((work / "pid").read_text())):
         raise SystemExit(f"gpu_queue.py: a driver is still running (pid {(work / 'pid').read_text()}): poll it")
     if not smoke and not (ROOT / DATA / "train").is_dir():
-        unpack_data(ROOT / ".gpu-data", ROOT / DATA)
+        subprocess.check_call([sys.executable, str(ROOT / "benchmarks" / "cifar_pack.py"), "unpack", ".gpu-data", DATA])
     work.mkdir(parents=True, exist_ok=True)
     if STATE.is_file() and not smoke:  # the jobs done in earlier windows (a smoke test runs from none)
         shutil.copy(STATE, work / "state.json")

@@ -2,7 +2,7 @@
 # Issue 61's device check in one call (DEVELOPERS.md): bench_gpu.py's table on real CIFAR-10 with the compiled
 # step's profile, then the CUDA tests; every output to $OUT as it comes.
 #
-#   bash benchmarks/gpu_step.sh           # the device machine (carry .gpu-data, cifar_pack.py's): ~6 min
+#   bash benchmarks/gpu_step.sh           # the device machine (carry .gpu-data, either pack): ~6 min
 #   SMOKE=1 bash benchmarks/gpu_step.sh   # here, any CPU: the same steps on bench_gpu.py --smoke
 set -uo pipefail
 python=${PYTHON:-python3}

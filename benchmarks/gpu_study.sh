@@ -6,9 +6,9 @@
 #   STUDY_DOCS=none bash benchmarks/gpu_study.sh start benchmarks/gpu_table5.py --epochs 200 --eval-every 10 \
 #       --inits 'mimetic[base=kaiming]' --seed 0     # a script that keeps no ledger in docs/: no --docs
 #
-# `start` unpacks the carried .gpu-data (benchmarks/cifar_pack.py's) into ../shared/datasets/cifar10 (where
-# CIFAR-10 lies here: the --data spec is part of a run's recipe, so the committed ledger's rows count only under
-# the same spec) and copies docs/ to /tmp/study/docs (once each), so the study skips the runs its committed
+# `start` unpacks the carried .gpu-data (cifar_pack.py's pack or ../shared/tools/gpu_data.py's) into
+# ../shared/datasets/cifar10 (where CIFAR-10 lies here: the --data spec is part of a run's recipe, so the
+# committed ledger's rows count only under the same spec) and copies docs/ to /tmp/study/docs (once each), so the study skips the runs its committed
 # ledger already has; then runs the study in the background with --data cifar10:../shared/datasets/cifar10 --out
 # /tmp/study/runs --docs /tmp/study/docs. Every poll copies to $OUT the log, the study's docs it changed (its
 # ledger, once it ends, holds every run: copy it over docs/ here) and runs.tar.gz, each run's small files (no

@@ -39,3 +39,22 @@ def test_names_it_could_not_rebuild_are_refused(tmp_path):
     source = tree(tmp_path / "cifar10", names=("0000.jpg", "cat_7.jpg"))
     with pytest.raises(SystemExit, match=r"train/cat holds files not named 0000\.jpg, 0001\.jpg"):
         pack.pack(str(source), str(tmp_path / "packed"))
+
+
+def test_the_data_unpacks_from_either_pack_and_a_missing_pack_says_what_to_carry(tmp_path):
+    pack = load_benchmark("cifar_pack")
+    source = tree(tmp_path / "cifar")
+    pack.pack(str(source), str(tmp_path / "ours"))
+    pack.unpack(str(tmp_path / "ours"), str(tmp_path / "a"))
+    assert (tmp_path / "a/test/dog/0001.jpg").read_bytes() == (source / "test/dog/0001.jpg").read_bytes()
+    shared = tmp_path / "shared"  # the shared tool's pack carries its own unpacker beside cifar10.bin
+    shared.mkdir()
+    (shared / "cifar10.bin").write_bytes(b"")
+    (shared / "gpu_data.py").write_text(
+        "import pathlib, sys\np = pathlib.Path(sys.argv[3], 'train', 'cat')\np.mkdir(parents=True)\n"
+        "(p / 'x.jpg').write_text(sys.argv[1] + ' ' + sys.argv[2])\n"
+    )
+    pack.unpack(str(shared), str(tmp_path / "b"))
+    assert (tmp_path / "b/train/cat/x.jpg").read_text() == f"unpack {shared}"
+    with pytest.raises(SystemExit, match=r"no CIFAR-10 pack in .*empty: run `python3 benchmarks/cifar_pack.py pack"):
+        pack.unpack(str(tmp_path / "empty"), str(tmp_path / "c"))

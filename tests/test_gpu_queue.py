@@ -3,8 +3,6 @@
 import json
 import sys
 
-import pytest
-
 from conftest import load_benchmark
 
 
@@ -34,30 +32,6 @@ def test_absorb_takes_each_done_job_once_and_a_job_without_its_init_waits(tmp_pa
     queue.main(["status"])
     listed = capsys.readouterr().out.splitlines()
     assert listed[-1].split() == ["later", "5", "min", "waits", "(no", "init)"]  # an init this checkout lacks
-
-
-def test_the_data_unpacks_from_either_pack_and_a_missing_pack_says_what_to_carry(tmp_path):
-    queue, pack = load_benchmark("gpu_queue"), load_benchmark("cifar_pack")
-    tree = tmp_path / "cifar"
-    for split, classes in (("train", ("cat", "dog")), ("test", ("cat", "dog"))):
-        for c in classes:
-            (tree / split / c).mkdir(parents=True)
-            for i in range(2):
-                (tree / split / c / f"{i:04d}.jpg").write_bytes(b"\xff\xd8header" + f"{split}{c}{i}".encode())
-    pack.pack(str(tree), str(tmp_path / "ours"))
-    queue.unpack_data(tmp_path / "ours", tmp_path / "a")
-    assert (tmp_path / "a/test/dog/0001.jpg").read_bytes() == (tree / "test/dog/0001.jpg").read_bytes()
-    shared = tmp_path / "shared"  # the shared tool's pack carries its own unpacker beside cifar10.bin
-    shared.mkdir()
-    (shared / "cifar10.bin").write_bytes(b"")
-    (shared / "gpu_data.py").write_text(
-        "import pathlib, sys\np = pathlib.Path(sys.argv[3], 'train', 'cat')\np.mkdir(parents=True)\n"
-        "(p / 'x.jpg').write_text(sys.argv[1] + ' ' + sys.argv[2])\n"
-    )
-    queue.unpack_data(shared, tmp_path / "b")
-    assert (tmp_path / "b/train/cat/x.jpg").read_text() == f"unpack {shared}"
-    with pytest.raises(SystemExit, match=r"no CIFAR-10 pack in .*empty: run `python3 benchmarks/cifar_pack.py pack"):
-        queue.unpack_data(tmp_path / "empty", tmp_path / "c")
 
 
 def test_a_job_longer_than_the_window_waits_and_the_shorter_ones_after_it_run(tmp_path, monkeypatch):
