@@ -8,12 +8,12 @@
 #
 # `start` unpacks the carried .gpu-data (cifar_pack.py's pack or ../shared/tools/gpu_data.py's) into
 # ../shared/datasets/cifar10 (where CIFAR-10 lies here: the --data spec is part of a run's recipe, so the
-# committed ledger's rows count only under the same spec) and copies docs/ to /tmp/study/docs (once each), so the study skips the runs its committed
-# ledger already has; then runs the study in the background with --data cifar10:../shared/datasets/cifar10 --out
-# /tmp/study/runs --docs /tmp/study/docs. Every poll copies to $OUT the log, the study's docs it changed (its
-# ledger, once it ends, holds every run: copy it over docs/ here) and runs.tar.gz, each run's small files (no
-# checkpoints), so a lost machine loses little. STUDY_WORK and STUDY_DATA move /tmp/study and the data;
-# STUDY_DOCS=none leaves --docs out.
+# committed ledger's rows count only under the same spec) and copies docs/ to /tmp/study/docs (once each), so the
+# study skips the runs its committed ledger already has; then runs the study in the background with --data
+# cifar10:../shared/datasets/cifar10 --out /tmp/study/runs --docs /tmp/study/docs. Every poll copies to $OUT the
+# log, the study's docs it changed (its ledger, once it ends, holds every run: copy it over docs/ here) and
+# runs.tar.gz, each run's small files (no checkpoints), so a lost machine loses little. STUDY_WORK and STUDY_DATA
+# move /tmp/study and the data; STUDY_DOCS=none leaves --docs out.
 set -euo pipefail
 work=${STUDY_WORK:-/tmp/study}
 data=${STUDY_DATA:-../shared/datasets/cifar10}
