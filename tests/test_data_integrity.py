@@ -147,8 +147,8 @@ def test_a_16_bit_grayscale_png_is_scaled_to_8_bits_not_clipped_to_white(tmp_pat
 
 def test_an_image_of_32_bit_samples_is_refused_in_one_line(tmp_path):
     root = make_imagefolder(tmp_path / "data", 8)
-    image = root / "train" / "dog" / "1.tif"
-    Image.fromarray(np.linspace(0, 1, 64, dtype=np.float32).reshape(8, 8)).save(image)
+    image = root / "train" / "dog" / "1.png"  # a TIFF by its bytes (PNG holds 16 bits at most): Pillow reads those
+    Image.fromarray(np.linspace(0, 1, 64, dtype=np.float32).reshape(8, 8)).save(image, format="TIFF")
     with pytest.raises(ValueError, match=rf"cannot read image {image}: its samples are 32-bit \(mode F\)"):
         load_data(f"imagefolder:{root}", cache_dir=tmp_path / "cache")
 

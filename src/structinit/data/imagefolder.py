@@ -1,12 +1,14 @@
-"""ImageFolder trees: every image listed once (links followed, loops refused), both splits checked to
-hold the same classes and not the same images, bad images named in one line, small images decoded once
-into a tensor cached under their content digests."""
+"""ImageFolder trees read as timm's folder reader reads them: the split folders its train.py finds, the
+class folders in its order, the images it takes (links followed, loops refused); both splits checked to hold
+the same classes and not the same images, bad images named in one line, small images decoded once into a
+tensor cached under their content digests."""
 
 from __future__ import annotations
 
 import hashlib
 import math
 import os
+import unicodedata
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -14,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image
+from timm.data import get_img_extensions
+from timm.utils import natural_key
 
 from ..errors import Notice, RunError, first_line
 from ..files import atomic_write, remove_temporaries
@@ -22,12 +26,14 @@ from .digests import cache_folder
 SMALL_IMAGE_PX = 64
 # the test images that may also be training images, byte for byte (CIFAR-10's JPEGs share none)
 SHARED_TEST_IMAGES = 0.01
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".gif", ".tif", ".tiff", ".webp"}
+# images Pillow reads that timm's folder reader leaves out (it takes get_img_extensions(): .png, .jpg, .jpeg)
+SKIPPED_IMAGE_SUFFIXES = {".bmp", ".ppm", ".gif", ".tif", ".tiff", ".webp"}
 
-
-# the split folders, by the names timm's folder reader searches (its train/ and validation/ among them), in order
+# the split folders in the order timm's train.py finds them: its default --train-split train and --val-split
+# validation first, then _search_split's synonyms; test/, structinit's own evaluation folder, last (timm never
+# looks for it)
 TRAIN_SPLITS = ("train", "training")
-EVAL_SPLITS = ("test", "val", "validation", "valid", "eval", "evaluation")
+EVAL_SPLITS = ("validation", "val", "valid", "eval", "evaluation", "test")
 
 
 def split_dirs(path: Path, named: tuple[str | None, str | None] = (None, None)) -> tuple[Path, Path]:
@@ -38,13 +44,15 @@ def split_dirs(path: Path, named: tuple[str | None, str | None] = (None, None)) 
     if not path.is_dir():
         raise FileNotFoundError(f"dataset directory {path} does not exist")
     found = []
-    for name, names, flag in zip(named, (TRAIN_SPLITS, EVAL_SPLITS), ("--train-split", "--val-split")):
+    for name, names, flag, example in zip(
+        named, (TRAIN_SPLITS, EVAL_SPLITS), ("--train-split", "--val-split"), ("train", "test")
+    ):
         if name is not None and (name in ("", ".", "..") or "/" in name or "\\" in name):
-            raise ValueError(f"{flag} {name!r}: give the name of a folder in {path}, e.g. {names[0]}")
+            raise ValueError(f"{flag} {name!r}: give the name of a folder in {path}, e.g. {example}")
         if name is not None and not (path / name).is_dir():
             held = sorted(d.name + "/" for d in path.iterdir() if d.is_dir())
             raise FileNotFoundError(f"{flag} {name}: {path / name} is not a folder ({path} holds {held})")
-        found.append(path / name if name else next((path / d for d in names if (path / d).is_dir()), None))
+        found.append(path / name if name else _first_split(path, names, flag))
     if None in found:
         raise FileNotFoundError(
             f"{path} must hold a training folder ({'/, '.join(TRAIN_SPLITS)}/) and an evaluation folder "
@@ -53,27 +61,72 @@ def split_dirs(path: Path, named: tuple[str | None, str | None] = (None, None)) 
     return found[0], found[1]
 
 
+def _first_split(path: Path, names: tuple[str, ...], flag: str) -> Path | None:
+    """The first of `names` in `path`, as timm's _search_split takes it (a file of that name too: timm would
+    read it, so it is refused); a Notice names the other split folders there and the flag that takes one."""
+    present = [name for name in names if (path / name).exists()]
+    if not present:
+        return None
+    taken = path / present[0]
+    if not taken.is_dir():
+        raise NotADirectoryError(
+            f"{taken} is a file where timm's train.py looks for a split folder: rename it, or name the folder "
+            f"with {flag}"
+        )
+    others = [name for name in present[1:] if (path / name).is_dir()]
+    if others:
+        uses = "trains on" if flag == "--train-split" else "evaluates on"
+        warnings.warn(
+            f"{path} holds {', '.join(n + '/' for n in present[:1] + others)}: structinit {uses} {present[0]}/, "
+            f"the folder timm's train.py takes; {flag} {others[0]} takes {others[0]}/ instead",
+            Notice,
+            3,
+        )
+    return taken
+
+
 def list_images(split: Path, classes: list[str] | None = None) -> tuple[list[Path], list[int], list[str]]:
-    """Every image of a split and its class index: the one listing both the in-memory and the streamed
-    path read. Links to folders are followed; a loop, or a second way into a folder, is an error."""
-    classes = classes or sorted(d.name for d in split.iterdir() if d.is_dir())
+    """Every image of a split and its class index, as timm's folder reader lists them: the split's folders
+    are its classes, in timm's order (its natural sort: class2 before class10), and their images the files
+    of timm's extensions (any case; other images are left out, with a Notice). Links to folders are
+    followed; a loop, or a second way into a folder, is an error. The one listing both the in-memory and
+    the streamed path read."""
+    extensions = get_img_extensions(as_set=True)
+    with os.scandir(split) as entries:
+        entries = sorted(entries, key=lambda entry: entry.name)
+    loose = [e.name for e in entries if not e.is_dir() and os.path.splitext(e.name)[1].lower() in extensions]
+    if loose:
+        raise ValueError(
+            f"{split} holds images outside its class folders ({', '.join(loose[:3])}): timm's folder reader would "
+            "read them as a class named ''; move them into their class folders"
+        )
+    classes = classes or sorted((e.name for e in entries if e.is_dir()), key=natural_key)
     if not classes:
         raise FileNotFoundError(f"{split} has no class subfolders")
-    files, labels = [], []
+    files, labels, skipped = [], [], []
     walked = {os.path.realpath(split): split}
     for index, cls in enumerate(classes):
         folder = split / cls
-        found = _images_in(folder, walked) if folder.is_dir() else []
+        found = _images_in(folder, walked, skipped) if folder.is_dir() else []
         files += found
         labels += [index] * len(found)
+    if skipped:
+        warnings.warn(
+            f"{len(skipped)} image(s) in {split} left out, as timm's folder reader leaves them (e.g. {skipped[0]}): "
+            f"it takes {', '.join(sorted(extensions))} only; convert them to train on them",
+            Notice,
+            2,
+        )
     return files, labels, classes
 
 
-def _images_in(folder: Path, walked: dict[str, Path] | None = None) -> list[Path]:
-    """The images under `folder`, sorted. `walked` (real path of every folder and image -> the path it
-    was reached by) is shared by the folders of a split, so that a link back up, to another class, or
-    to an image listed already, is found."""
-    walked = {} if walked is None else walked
+def _images_in(folder: Path, walked: dict[str, Path] | None = None, skipped: list[Path] | None = None) -> list[Path]:
+    """The images in class folder `folder`, sorted (files of other image formats appended to `skipped`).
+    An image in a folder below it is refused: timm's reader would take that folder's name as its class.
+    `walked` (real path of every folder and image -> the path it was reached by) is shared by the folders
+    of a split, so that a link back up, to another class, or to an image listed already, is found."""
+    walked, skipped = ({} if walked is None else walked), ([] if skipped is None else skipped)
+    extensions = get_img_extensions(as_set=True)
     images, stack = [], [folder]
     while stack:
         current = stack.pop()
@@ -81,13 +134,26 @@ def _images_in(folder: Path, walked: dict[str, Path] | None = None) -> list[Path
         _once(walked, real, current)
         with os.scandir(current) as entries:
             for entry in entries:
+                suffix = os.path.splitext(entry.name)[1].lower()
                 if entry.is_dir():
                     stack.append(Path(entry.path))
-                elif Path(entry.name).suffix.lower() in IMAGE_SUFFIXES:
+                elif suffix in extensions and current != folder:
+                    raise ValueError(_nested(folder, Path(entry.path)))
+                elif suffix in extensions:
                     target = os.path.realpath(entry.path) if entry.is_symlink() else os.path.join(real, entry.name)
                     _once(walked, target, Path(entry.path))
                     images.append(Path(entry.path))
+                elif suffix in SKIPPED_IMAGE_SUFFIXES and current == folder:
+                    skipped.append(Path(entry.path))
     return sorted(images)
+
+
+def _nested(folder: Path, image: Path) -> str:
+    return (
+        f"{image} is in a folder below class folder {folder}: timm's folder reader would take "
+        f"{image.parent.name!r} as its class, structinit {folder.name!r}; move the images of {image.parent} "
+        f"into {folder}, or make it a class folder of its own"
+    )
 
 
 def _once(walked: dict[str, Path], real: str, path: Path) -> None:
@@ -105,6 +171,7 @@ def check_classes(train: Path, test: Path, classes: list[str], train_labels: lis
     the listings already made (and walks only folders the test split alone has)."""
     in_test = {d.name: d for d in test.iterdir() if d.is_dir()}
     test_only = sorted(set(in_test) - set(classes))
+    _check_names(sorted(set(classes) | set(test_only)), f"{train} and {test}")
     for split, labels, extra in ((train, train_labels, []), (test, test_labels, test_only)):
         counts = Counter(labels)
         empty = [c for i, c in enumerate(classes) if counts[i] == 0 and (split == train or c in in_test)]
@@ -118,6 +185,25 @@ def check_classes(train: Path, test: Path, classes: list[str], train_labels: lis
             raise ValueError(
                 f"class(es) {', '.join(missing)} in {split} but not in {other}: both splits need the same classes"
             )
+
+
+def _check_names(names: list[str], where: str) -> None:
+    """Refuse two class folders that are one name to a reader, naming both with their escapes: one name in
+    two Unicode forms (café composed and decomposed print the same, yet are two classes to timm, so they are
+    not merged), or names that differ only in case or leading zeros (timm's natural sort ties them and
+    numbers them in the order of a set of strings, which changes from process to process)."""
+    seen: dict[tuple, str] = {}
+    for name in names:
+        key = tuple(natural_key(unicodedata.normalize("NFC", name)))
+        if key not in seen:
+            seen[key] = name
+            continue
+        first = seen[key]
+        if unicodedata.normalize("NFC", first) == unicodedata.normalize("NFC", name):
+            why = "are one name in two Unicode forms: they print the same, yet timm reads two classes"
+        else:
+            why = "differ only in case or leading zeros: timm numbers such classes by chance, anew in each process"
+        raise ValueError(f"class folders {first!r} ({first!a}) and {name!r} ({name!a}) in {where} {why}; rename one")
 
 
 def check_distinct(train: list[Path], train_digests: list[str], test: list[Path], test_digests: list[str]) -> None:

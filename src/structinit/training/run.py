@@ -42,7 +42,7 @@ from .provenance import environment
 from .recipe import Recipe, data_of, data_size, evaluate, feed_of, notices
 from .rundir import RunDir
 from .settings import TrainConfig
-from .startup import batch_for_steps, measure_init, startup_lines
+from .startup import batch_for_steps, measure_init, startup_lines, updates_per_epoch
 
 # steps between checks that the losses are finite (each check waits for the device)
 FINITE_CHECK_STEPS = 50
@@ -50,11 +50,6 @@ FINITE_CHECK_STEPS = 50
 
 class TrainingDiverged(RunError):
     """The loss became NaN or infinite."""
-
-
-def updates_per_epoch(steps: int, accum: int) -> int:
-    """Optimiser steps an epoch of `steps` batches: one per `accum` (--grad-accum-steps), the last of fewer (timm's)."""
-    return -(-steps // accum)
 
 
 def accumulation(step: int, steps: int, accum: int, updates_before: int) -> tuple[int | None, float]:
@@ -183,7 +178,7 @@ class Run:
         self.startup: list[str] = []
         if world.main:
             measure_init(self.recipe.report, self.recipe.model, self.data, config.init_spec.kernel_size or 3)
-            self.startup = startup_lines(config, self.data, self.recipe.model, self.recipe.report, self.updates)
+            self.startup = startup_lines(config, self.data, self.recipe.model, self.recipe.report, self.batches.steps)
             if not config.quiet:
                 print("\n".join(self.startup), flush=True)
 

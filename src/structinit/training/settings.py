@@ -256,7 +256,8 @@ def check_config(config: TrainConfig) -> None:
     spec = InitSpec.parse(config.init)
     if spec.method == "select" and config.teacher is None and spec.options.get("teacher") is None:
         raise ValueError(f"--init {config.init} selects from a larger model: give it with --teacher")
-    if config.initial_checkpoint is not None and spec.method not in ("auto", "default"):
+    # a resumed run started from one of the two: the one given now is a change its resume names and refuses
+    if config.initial_checkpoint is not None and spec.method not in ("auto", "default") and not config.resume:
         raise ValueError(f"--initial-checkpoint and --init {config.init} both set the starting weights: give one")
     parse_spec(config.data)
     check_loggers(config.log)

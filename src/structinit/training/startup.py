@@ -1,17 +1,20 @@
 """What a run is about to do, said before it trains and kept in its init report: the data, the model, the
-init as resolved (`auto` -> its label), the steps an epoch and of warm-up (with a note where they are few),
-and the init's fidelity on the pseudo input and on a batch of the run's own training images."""
+init as resolved (`auto` -> its label), the steps an epoch and of warm-up (with a note where they are few,
+and one where accumulation would run past an epoch), and the init's fidelity on the pseudo input and on a
+batch of the run's own training images."""
 
 from __future__ import annotations
 
 import contextlib
 import math
+import warnings
 from typing import Any
 
 from torch import nn
 
 from ..data.batches import normalised_images
 from ..data.datasets import TensorData
+from ..errors import Notice
 from ..measure import measure_on_images
 from ..report import Report, images_lines
 from .recipe import data_size
@@ -35,6 +38,23 @@ def resolved_init(config: TrainConfig, model: nn.Module) -> str:
     from ..inits.registry import default_label
 
     return f"auto -> {default_label(model)}"
+
+
+def updates_per_epoch(steps: int, accum: int) -> int:
+    """Optimiser steps an epoch of `steps` batches: one per `accum` (--grad-accum-steps), the last of fewer (timm's)."""
+    return -(-steps // accum)
+
+
+def accumulation_note(accum: int, batches: int) -> str | None:
+    """A note where --grad-accum-steps exceeds an epoch's batches: accumulation ends with the epoch, as
+    timm's train.py ends it (its last_accum_steps), so each optimiser step takes fewer batches than asked."""
+    if accum <= batches:
+        return None
+    return (
+        f"--grad-accum-steps {accum} exceeds the {batches} batches of an epoch: accumulation ends with the epoch, "
+        f"as in timm's train.py, so each epoch is one optimiser step of {batches} batches, not {accum}; give "
+        f"--grad-accum-steps {batches} to say so, or a smaller --batch-size for more batches"
+    )
 
 
 def tokens_of(model: nn.Module) -> str:
@@ -68,8 +88,12 @@ def eval_images(data: Any, split: str) -> int:
     return len(getattr(data, f"{split}_labels")) if isinstance(data, TensorData) else len(getattr(data, split))
 
 
-def startup_lines(config: TrainConfig, data: Any, model: nn.Module, report: Report, steps: int) -> list[str]:
-    """The lines a run says before its first step."""
+def startup_lines(config: TrainConfig, data: Any, model: nn.Module, report: Report, batches: int) -> list[str]:
+    """The lines a run says before its first step (`batches`: an epoch's), and a Notice where accumulation
+    would run past an epoch."""
+    if note := accumulation_note(config.grad_accum_steps, batches):
+        warnings.warn(note, Notice, stacklevel=2)
+    steps, accum = updates_per_epoch(batches, config.grad_accum_steps), min(config.grad_accum_steps, batches)
     size = data_size(config, data)
     held = f", {config.val_per_class} a class held out for validation" if config.val_per_class else ""
     evaluated = f"evaluated on {config.eval_split} ({eval_images(data, config.eval_split)} images)"
@@ -79,7 +103,7 @@ def startup_lines(config: TrainConfig, data: Any, model: nn.Module, report: Repo
     subset = f" ({config.per_class} a class)" if config.per_class else ""
     params = sum(p.numel() for p in model.parameters())
     warmup = math.ceil(config.warmup_epochs * steps)
-    accumulated = f" x {config.grad_accum_steps} accumulated" if config.grad_accum_steps > 1 else ""
+    accumulated = f" x {accum} accumulated" if accum > 1 else ""
     lines = [
         f"data: {config.data}, {len(data.train_labels)} training images{subset} of {data.num_classes} classes"
         f"{f', {size} px' if size else ''}{held}; {evaluated}",
