@@ -94,17 +94,18 @@ def study_docs(out: Path, args: Any, committed: Path, script: str) -> Path:
     for --smoke, else the `committed` docs/, and there with --part docs only from an OUT that holds
     finished runs. From a clean clone (no runs) the tables made from run directories would turn the
     committed results of runs trained elsewhere into "not trained yet". A refusal is one line (SystemExit)."""
+    to_committed = not (args.docs or args.smoke)
+    if to_committed and args.part == "docs" and not next(out.glob("**/summary.json"), None):
+        raise SystemExit(
+            f"{script}: --part docs: {out} holds no finished runs, and the committed {committed.name}/ was made "
+            "from runs trained elsewhere: it stays as it is; give --out where the runs are, or --docs DIR"
+        )  # first: in a clone without ../shared this, not the missing default data, is what stops it
     _, path = parse_spec(args.data)
     if path is not None and not path.is_dir():
         raise SystemExit(
             f"{script}: --data {args.data}: {path} is not a folder (CIFAR-10 in train/<class>/ and test/<class>/, "
             "as ../shared/datasets/cifar10 is); give --data cifar10:DIR or --data imagefolder:DIR"
         )
-    if args.docs or args.smoke:
+    if not to_committed:
         return Path(args.docs) if args.docs else out / "docs"
-    if args.part == "docs" and not next(out.glob("**/summary.json"), None):
-        raise SystemExit(
-            f"{script}: --part docs: {out} holds no finished runs, and the committed {committed.name}/ was made "
-            "from runs trained elsewhere: it stays as it is; give --out where the runs are, or --docs DIR"
-        )
     return committed
