@@ -172,3 +172,15 @@ def test_evaluation_labels_are_read_from_a_listing_of_any_kind_without_decoding(
     ):
         subset = torch.utils.data.Subset(Listed(name, labels), [1, 3])
         assert dataset_labels(subset).tolist() == [1, 0]
+
+
+def test_decoded_images_are_cached_where_structinit_caches(tmp_path, monkeypatch):
+    """$STRUCTINIT_CACHE moves the decoded images and their digests with the impulse solve's sharpness: one cache."""
+    from structinit.data.datasets import load_data
+
+    root = make_imagefolder(tmp_path / "images", 8)
+    monkeypatch.setenv("STRUCTINIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    load_data(f"imagefolder:{root}")
+    assert sorted(p.name.split("-")[0] for p in (tmp_path / "cache").iterdir()) == ["images", "images"]  # two splits
+    assert not (tmp_path / "home").exists()

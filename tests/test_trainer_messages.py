@@ -55,3 +55,17 @@ def test_a_resume_given_other_starting_weights_names_the_flag_given_now(tmp_path
         "run with another --out\n"
     )
     assert files_of(run) == before
+
+
+@pytest.mark.parametrize("flag", ["--mixup", "--cutmix"])
+def test_mixing_an_odd_batch_is_one_line_before_the_run_writes(tmp_path, capsys, flag):
+    """timm's Mixup pairs each image with its mirror and asserts an even batch: a traceback from inside a grid
+    before (found by the invariant harness: compare ... -b 25 --cutmix 1e-9)."""
+    out = tmp_path / "odd"
+    assert main(["train", *FLAGS[:-3], "-b", "25", flag, "0.2", "--epochs", "1", "--quiet", "--out", str(out)]) == 2
+    said = capsys.readouterr().err.strip()
+    assert said == (
+        "structinit train: error: --mixup/--cutmix mix each image with its mirror in the batch (timm's Mixup): a "
+        "batch of 25 a process is odd; give an even --batch-size"
+    )
+    assert not out.exists()

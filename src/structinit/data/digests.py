@@ -24,8 +24,9 @@ KEPT_BYTES, KEPT_BYTES_PER_FILE = 65_536, 1_024  # a file's entry: its name and 
 
 
 def cache_folder(cache_dir: str | Path | None) -> Path:
-    """Where decoded images and digests are kept: `cache_dir`, or ~/.cache/structinit."""
-    folder = Path(cache_dir or Path.home() / ".cache" / "structinit").expanduser()
+    """Where decoded images and digests are kept: `cache_dir`, or structinit's cache ($STRUCTINIT_CACHE, else
+    ~/.cache/structinit), where the impulse solve's sharpness is kept too."""
+    folder = Path(cache_dir or os.environ.get("STRUCTINIT_CACHE") or Path.home() / ".cache" / "structinit").expanduser()
     if folder.exists() and not folder.is_dir():
         raise RunError(f"--cache-dir {folder} is not a directory: give a folder for the decoded images")
     return folder

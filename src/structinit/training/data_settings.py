@@ -39,7 +39,10 @@ class DataSettings:
     )
     download: bool = setting(False, group="data", help="download a torchvision dataset (needs internet)", **PLACE)
     cache_dir: str | None = setting(
-        None, group="data", help="where decoded small images are cached (default: ~/.cache/structinit)", **PLACE
+        None,
+        group="data",
+        help="where decoded small images are cached (default: $STRUCTINIT_CACHE, else ~/.cache/structinit)",
+        **PLACE,
     )
     per_class: int | None = setting(
         None,

@@ -160,6 +160,11 @@ class Run:
         batch = config.batch_size // world.world
         if batch * world.world != config.batch_size or batch < 1:
             raise ValueError(f"--batch-size {config.batch_size} must be a multiple of the {world.world} processes")
+        if batch % 2 and (config.mixup > 0 or config.cutmix > 0):  # timm's Mixup pairs each image with its mirror
+            raise ValueError(
+                f"--mixup/--cutmix mix each image with its mirror in the batch (timm's Mixup): a batch of {batch} "
+                "a process is odd; give an even --batch-size"
+            )
         if len(self.data.train_labels) < config.batch_size:
             images = len(self.data.train_labels)
             raise ValueError(
