@@ -30,6 +30,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from structinit.files import no_follow
+
 ROOT = Path(__file__).resolve().parent.parent
 SETS = {
     "textures": (("brick.png", "grass.png", "gravel.png"), 40, 10),
@@ -134,7 +136,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for row in args.rows:
         result = run_row(row, args.minutes, args.data, out, extra)
         rows.append(result)
-        with open(args.ledger, "a") as ledger:
+        with open(args.ledger, "a", opener=no_follow) as ledger:
             ledger.write(json.dumps(result) + "\n")
         print(
             f"{row}: {result['taken']:.2f} of {args.minutes:g} min ({result['ratio']:.2f}x), epoch "

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from bench_init import start_busy_process
+from structinit.files import atomic_write_text
 from structinit.training.provenance import cpu_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -209,7 +210,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         rows = measure(args, Path(scratch))
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
+        atomic_write_text(Path(args.json), json.dumps(rows, indent=1))
     print("\n" + table(rows, args.loads))
 
 

@@ -42,6 +42,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from gpu_table5 import MODEL, RECIPE, SMOKE_MODEL  # a script beside this one: the cell's model and recipe
 from structinit.data.augment import BatchAugment
 from structinit.data.datasets import TensorData, load_data
+from structinit.files import atomic_write_text
 from structinit.training import TrainConfig
 from structinit.training.device import Dist, resolve_amp, resolve_device
 from structinit.training.recipe import Recipe
@@ -342,7 +343,7 @@ def profile(cell: Cell, path: Path, steps: int = 6) -> dict[str, float]:
             torch.cuda.synchronize()
     events = prof.key_averages()
     sort = "self_device_time_total" if cuda else "self_cpu_time_total"
-    path.write_text(events.table(sort_by=sort, row_limit=60))
+    atomic_write_text(path, events.table(sort_by=sort, row_limit=60))
     timed_events = [e for e in events if (e.device_type == DeviceType.CUDA) == cuda]
     if not cuda:  # CPU ops nest: count the aten ops' own time only
         timed_events = [e for e in timed_events if e.key.startswith("aten::")]
@@ -430,7 +431,7 @@ def measured_row(cell: Cell, args: argparse.Namespace, name: str, flops: float, 
 
 def save(args: argparse.Namespace, result: dict) -> None:
     if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
+        atomic_write_text(args.json, json.dumps(result, indent=2))
 
 
 def augment_line(result: dict, batch: int) -> str:

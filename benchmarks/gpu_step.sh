@@ -14,7 +14,7 @@ if [ -n "${SMOKE:-}" ]; then
     bench=(--smoke)
     tests=(tests/test_randaugment.py)
 else
-    [ -d "$data/train" ] || "$python" benchmarks/cifar_pack.py unpack .gpu-data "$data"
+    [ -d "$data/train" ] || "$python" benchmarks/cifar_pack.py unpack .gpu-data "$data" || exit 2  # its line says why
     nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,memory.used --format=csv >"$out/smi.txt"
     bench=(--data "cifar10:$data" --budget "${BUDGET:-200}" --variants train train-cudagraphs compile compile-no-randaugment
         compile-flash-attention compile-math-attention compile-cudagraphs eager eager-no-randaugment compile-two-models)

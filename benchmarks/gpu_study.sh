@@ -13,25 +13,34 @@
 # cifar10:../shared/datasets/cifar10 --out /tmp/study/runs --docs /tmp/study/docs. Every poll copies to $OUT the
 # log, the study's docs it changed (its ledger, once it ends, holds every run: copy it over docs/ here) and
 # runs.tar.gz, each run's small files (no checkpoints), so a lost machine loses little. STUDY_WORK and STUDY_DATA
-# move /tmp/study and the data; STUDY_DOCS=none leaves --docs out.
+# move /tmp/study and the data; STUDY_DOCS=none leaves --docs out. Nothing is written or copied through a link:
+# one in $work where the script writes is refused, and a ledger that is a link is not copied to $OUT.
 set -euo pipefail
 work=${STUDY_WORK:-/tmp/study}
 data=${STUDY_DATA:-../shared/datasets/cifar10}
 python=${PYTHON:-python3}  # the device machine's; here, for a smoke test: PYTHON=.venv/bin/python
 docs=(--docs "$work/docs")
 [ "${STUDY_DOCS:-}" != none ] || docs=()
+refuse() {
+    echo "gpu_study.sh: $1" >&2
+    exit 1
+}
+running() { [ -f "$work/pid" ] && kill -0 "$(cat "$work/pid")" 2>/dev/null; }
 wait_study() {  # until the study ends or $1 seconds pass
     local deadline=$((SECONDS + $1))
-    while kill -0 "$(cat "$work/pid")" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 2; done
+    while running && [ $SECONDS -lt $deadline ]; do sleep 2; done
 }
+for path in "$work" "$work/pid" "$work/rc" "$work/study.log" "$work/docs" "$work/runs"; do
+    [ ! -L "$path" ] || refuse "$path is a link, and the study writes nothing through one: move it away (its target stays)"
+done
+if [ -f "$work/pid" ] && ! [[ $(head -c 32 "$work/pid") =~ ^[1-9][0-9]{0,8}$ ]]; then  # kill -0 0: this shell's group
+    refuse "$work/pid is damaged (not a process id): remove it once no study runs"
+fi
 case "${1:-}" in
 start)
     shift
     [ -d "$data/train" ] || "$python" benchmarks/cifar_pack.py unpack .gpu-data "$data"
-    if [ -f "$work/pid" ] && kill -0 "$(cat "$work/pid")" 2>/dev/null; then
-        echo "gpu_study.sh: a study is still running (pid $(cat "$work/pid")): poll it first" >&2
-        exit 1
-    fi
+    if running; then refuse "a study is still running (pid $(cat "$work/pid")): poll it first"; fi
     [ -d "$work/docs" ] || { mkdir -p "$work" && cp -r docs "$work/docs"; }  # a second study goes on from the first's
     rm -f "$work/rc"
     # shellcheck disable=SC2016  # $0 and $@ are the inner shell's: the study and its arguments
@@ -52,10 +61,10 @@ out=${OUT:-/tmp/study-out}
 mkdir -p "$out/docs"
 cp "$work/study.log" "$out/"
 for f in "$work"/docs/*-runs.jsonl "$work"/docs/*.csv; do  # those the study changed: $OUT returns 8 files at most
-    if [ -f "$f" ] && ! cmp -s "$f" "docs/$(basename "$f")"; then cp "$f" "$out/docs/"; fi
+    if [ -f "$f" ] && [ ! -L "$f" ] && ! cmp -s "$f" "docs/$(basename "$f")"; then cp "$f" "$out/docs/"; fi
 done
 if [ -d "$work/runs" ]; then
     tar -czf "$out/runs.tar.gz" -C "$work/runs" --exclude='*.pt' .
 fi
-if kill -0 "$(cat "$work/pid")" 2>/dev/null; then echo "running"; else echo "ended (exit $(cat "$work/rc" 2>/dev/null || echo '?'))"; fi
+if running; then echo "running"; else echo "ended (exit $(cat "$work/rc" 2>/dev/null || echo '?'))"; fi
 tail -5 "$work/study.log"

@@ -27,6 +27,7 @@ import torch
 from timm.models.vision_transformer import VisionTransformer
 
 from structinit.adapters.base import is_sincos_table
+from structinit.files import atomic_write_text, no_follow
 from structinit.inits import sharpness
 from structinit.inits.paper_solve import RENORM_EVERY, STEPS, paper_solve, saturated
 from structinit.models import PRESETS, create_model
@@ -162,7 +163,7 @@ def run(
     print(f"{part}: {len(shapes)} shapes, {len(done)} solved, {len(todo)} to solve, {len(skipped)} left by the limits")
     for shape in todo:
         row = {"part": part, **solve(shape, device)}
-        with ledger.open("a") as f:
+        with open(ledger, "a", opener=no_follow) as f:
             f.write(json.dumps(row) + "\n")
         fast = f"fast {row['fast']} ({row['fast_steps']} steps)"
         print(f"{_key(shape)}: full {row['mass']} {fast} {row['seconds']} s", flush=True)
@@ -197,7 +198,7 @@ def write_table(ledger: Path) -> None:
     lines = ",\n".join(f"  {json.dumps(entry)}" for entry in entries)  # an entry a line
     corners = json.dumps(shortcut_corners(rows))
     text = f'{{"about": {json.dumps(about)},\n "shortcut": {corners},\n "entries": [\n{lines}\n]}}\n'
-    sharpness.TABLE.write_text(text)
+    atomic_write_text(sharpness.TABLE, text)
     print(f"{sharpness.TABLE}: {len(entries)} shapes, the shortcut within {corners} (tokens, width)")
 
 
@@ -234,7 +235,7 @@ def write_page(ledger: Path) -> None:
         lines.append("| " + " | ".join(map(str, [*cells, r["seconds"], r["device"]])) + " |")
     text = PAGE.read_text()
     start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    PAGE.write_text(text[:start] + "\n" + "\n".join(lines) + "\n" + text[end:])
+    atomic_write_text(PAGE, text[:start] + "\n" + "\n".join(lines) + "\n" + text[end:])
     print(f"{PAGE}: {len(grid)} grid shapes, {len(table)} table shapes")
 
 

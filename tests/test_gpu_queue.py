@@ -24,8 +24,14 @@ def test_absorb_takes_each_done_job_once_and_a_job_without_its_init_waits(tmp_pa
     assert (root / "docs/table5/200ep-impulse-seed0/ledger.jsonl").read_text() == '{"epoch": 1}\n'
     assert json.loads(state.read_text())["done"] == done
     assert queue.absorb(tmp_path / "out", state, root) == []  # the next window's poll brings it again: once
-    assert next(j["id"] for j in queue.pending(json.loads(state.read_text()))) == "table5-200ep-mimetic-seed0"
-    later = {"id": "later", "minutes": 5, "script": "benchmarks/gpu_table5.py", "args": ["--inits", "xavier"]}
+    assert next(j["id"] for j in queue.pending(json.loads(state.read_text())["done"])) == "table5-200ep-mimetic-seed0"
+    later = {
+        "id": "later",
+        "minutes": 5,
+        "script": "benchmarks/gpu_table5.py",
+        "args": ["--inits", "xavier"],
+        "keep": "x",
+    }
     jobs = json.loads(queue.QUEUE.read_text())["jobs"] + [later]
     (tmp_path / "queue.json").write_text(json.dumps({"jobs": jobs}))
     monkeypatch.setattr(queue, "QUEUE", tmp_path / "queue.json")
@@ -37,10 +43,8 @@ def test_absorb_takes_each_done_job_once_and_a_job_without_its_init_waits(tmp_pa
 def test_a_job_longer_than_the_window_waits_and_the_shorter_ones_after_it_run(tmp_path, monkeypatch):
     queue = load_benchmark("gpu_queue")
     jobs = [
-        {"id": "long", "minutes": 12, "script": "benchmarks/x.py", "args": []},
-        {"id": "short", "minutes": 3, "script": "benchmarks/x.py", "args": []},
-        {"id": "fills", "minutes": 6, "script": "benchmarks/x.py", "args": []},
-        {"id": "longer", "minutes": 9, "script": "benchmarks/x.py", "args": []},
+        {"id": name, "minutes": minutes, "script": "benchmarks/x.py", "args": [], "keep": f"docs/{name}"}
+        for name, minutes in (("long", 12), ("short", 3), ("fills", 6), ("longer", 9))
     ]
     (tmp_path / "queue.json").write_text(json.dumps({"jobs": jobs}))
     monkeypatch.setattr(queue, "QUEUE", tmp_path / "queue.json")

@@ -81,3 +81,39 @@ def test_the_data_go_where_the_studies_default_data_spec_reads_them():
     for study in ("study_regimes", "study_selection", "study_convergence"):
         text = (SCRIPT.parent / f"{study}.py").read_text()
         assert f'"--data", default="cifar10:{unpacked}"' in text, study
+
+
+def test_a_link_where_the_study_writes_is_refused_and_its_target_stays(tmp_path):
+    (tmp_path / "data" / "train").mkdir(parents=True)
+    (tmp_path / "work").mkdir()
+    (tmp_path / "theirs.log").write_text("someone else's\n")
+    (tmp_path / "work" / "study.log").symlink_to(tmp_path / "theirs.log")
+    (tmp_path / "study.py").write_text(FAKE_STUDY)
+    (tmp_path / "docs").mkdir()
+    refused = gpu_study(tmp_path, tmp_path, "start", "study.py")
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1
+    assert f"gpu_study.sh: {tmp_path / 'work' / 'study.log'} is a link, and the study writes nothing" in refused.stderr
+    assert (tmp_path / "theirs.log").read_text() == "someone else's\n"
+    assert sorted(p.name for p in (tmp_path / "work").iterdir()) == ["study.log"]  # nothing started
+
+
+def test_a_damaged_pid_file_is_one_line_and_a_ledger_that_is_a_link_is_not_copied(tmp_path):
+    (tmp_path / "data" / "train").mkdir(parents=True)
+    work = tmp_path / "work"
+    (work / "docs").mkdir(parents=True)
+    (work / "pid").write_text("0\n")  # kill -0 0 succeeds: it signals the script's own group
+    refused = gpu_study(tmp_path, tmp_path, "poll", "1")
+    assert refused.returncode == 1
+    assert (
+        refused.stderr == f"gpu_study.sh: {work / 'pid'} is damaged (not a process id): remove it once no study runs\n"
+    )
+    with subprocess.Popen(["true"]) as ended:
+        pass
+    (work / "pid").write_text(f"{ended.pid}\n")
+    (work / "rc").write_text("0\n")
+    (work / "study.log").write_text("log\n")
+    (tmp_path / "secret.jsonl").write_text("not the study's\n")
+    (work / "docs" / "study-runs.jsonl").symlink_to(tmp_path / "secret.jsonl")
+    polled = gpu_study(tmp_path, tmp_path, "poll", "1")
+    assert polled.returncode == 0 and "ended (exit 0)" in polled.stdout
+    assert list((tmp_path / "out" / "docs").iterdir()) == []
