@@ -5,6 +5,7 @@ import math
 import pytest
 import timm
 import torch
+from torchvision.models.vision_transformer import VisionTransformer
 
 import structinit
 from conftest import small_vit
@@ -34,6 +35,7 @@ def test_conditioned_gives_every_heads_query_and_key_condition_number_one_and_va
 
 def test_sinusoidal_is_the_formula_at_glorots_variance_the_same_for_every_seed():
     model, other = small_vit(embed_dim=96, num_heads=3), small_vit(embed_dim=96, num_heads=3)
+    other.load_state_dict(model.state_dict())
     before = weights(model)
     structinit.initialize(model, "sinusoidal", seed=0)
     structinit.initialize(other, "sinusoidal", seed=7)
@@ -47,9 +49,58 @@ def test_sinusoidal_is_the_formula_at_glorots_variance_the_same_for_every_seed()
     assert all(torch.equal(part, sinusoid(96, 96)) for part in qkv.chunk(3))  # the fused qkv as three matrices
     patch = model.patch_embed.proj.weight.detach()
     assert torch.equal(patch.reshape(96, -1), sinusoid(96, 3 * 4 * 4))  # a conv: (c_out, c_in k k)
-    unseeded = [n for n in model.state_dict() if n not in ("pos_embed", "cls_token")]
-    assert all(torch.equal(model.state_dict()[n], other.state_dict()[n]) for n in unseeded)
+    assert all(torch.equal(t, other.state_dict()[n]) for n, t in model.state_dict().items())  # no seed reaches it
     assert not model.blocks[0].attn.qkv.bias.any() and torch.equal(model.norm.weight, before["norm.weight"])
+
+
+def test_sinusoidal_keeps_the_embeddings_the_model_made_as_its_source_does():
+    """The source sets Linear, Conv and attention weights only: the position embedding and class token stay
+    as the model made them (0.5.0 drew them from the seed, so the report's 'no randomness' had some)."""
+    model = small_vit(embed_dim=96, num_heads=3)
+    before = weights(model)
+    report = structinit.initialize(model, "sinusoidal", seed=0)
+    assert torch.equal(model.pos_embed, before["pos_embed"]) and torch.equal(model.cls_token, before["cls_token"])
+    assert not {"pos_embed", "cls_token"} & set(report.set_tensors)
+
+
+def test_sinusoidal_sets_torchvisions_packed_in_proj_as_its_three_matrices():
+    """nn.MultiheadAttention keeps Q, K and V in one in_proj_weight, no Linear: 0.5.0 left it as torch drew it,
+    and reported the model sinusoidal."""
+    model = VisionTransformer(16, 4, 2, 2, 32, 64, num_classes=5)
+    with torch.no_grad():
+        for block in model.encoder.layers:
+            block.self_attention.in_proj_bias.uniform_(-1, 1)
+    report = structinit.initialize(model, "sinusoidal", seed=0)
+    for i, block in enumerate(model.encoder.layers):
+        attention = block.self_attention
+        assert all(torch.equal(part, sinusoid(32, 32)) for part in attention.in_proj_weight.detach().chunk(3))
+        assert not attention.in_proj_bias.any() and not attention.out_proj.bias.any()
+        assert f"encoder.layers.encoder_layer_{i}.self_attention.in_proj_weight" in report.set_tensors
+
+
+def test_the_sinusoid_is_exact_where_a_phase_is_a_multiple_of_pi_and_refused_where_all_are():
+    """sin(2 pi k / 2) is 0, which sin's rounding made 1e-16, and the scale to Glorot's variance turned that
+    noise into weights: a 2 x 2 sinusoid came out of rounding alone, a 1 x 1 as NaN after the write."""
+    assert sinusoid(3, 1)[2, 0] == 0 and not sinusoid(4, 2)[1::2].any() and not sinusoid(2, 3)[:, 0].any()
+    for rows, cols in ((1, 1), (1, 2), (2, 1), (2, 2)):
+        with pytest.raises(ValueError, match=f"the {rows} x {cols} sinusoid is all zeros"):
+            sinusoid(rows, cols)
+    model = small_vit(embed_dim=96, num_heads=3, num_classes=2)
+    model.head = torch.nn.Sequential(torch.nn.Linear(96, 2), torch.nn.Linear(2, 2))  # a 2-unit bottleneck
+    before = weights(model)
+    with pytest.raises(ValueError, match=r"the 2 x 2 matrix of head\.1\.weight is all zeros in the formula"):
+        structinit.initialize(model, "sinusoidal", seed=0)
+    assert all(torch.equal(t, before[n]) for n, t in model.state_dict().items())
+
+
+def test_sinusoidal_refuses_before_any_write_a_parameter_it_would_leave_unset():
+    """A MAP head's latent query is no Linear, Conv, bias, norm, layer scale or embedding: left as it was, the
+    report would call the model sinusoidal; refused by name instead."""
+    model = small_vit(embed_dim=96, num_heads=3, global_pool="map")
+    before = weights(model)
+    with pytest.raises(ValueError, match=r"this model's attn_pool\.latent \(AttentionPoolLatent\) is none of these"):
+        structinit.initialize(model, "sinusoidal", seed=0)
+    assert all(torch.equal(t, before[n]) for n, t in model.state_dict().items())
 
 
 def test_mimetic_vo_sets_the_value_path_to_minus_beta_and_leaves_query_and_key():

@@ -41,6 +41,7 @@ class Report:
     source: dict[str, str] = field(default_factory=dict)  # where the weights came from (select: the teacher)
     constructor: dict[str, Any] = field(default_factory=dict)  # how to build the model again (models.constructor)
     on_images: dict[str, Any] | None = None  # the same fidelity on real images (fidelity.measure_on_images)
+    set_tensors: list[str] = field(default_factory=list)  # the model's tensors (state_dict names) the init wrote
 
     def _fidelities(self) -> list[float]:
         return [h.fidelity for layer in self.layers for h in layer.heads if h.fidelity is not None]

@@ -152,11 +152,17 @@ class TimmViTAdapter(ModelAdapter):
             return block(x)
 
     def reset_timm(self, generator: torch.Generator) -> None:
-        pos = self.model.pos_embed
-        fixed = pos.detach().clone() if pos is not None and self.learned_position() is None else None
-        reset_with_timm(self.model, generator)
-        if fixed is not None:  # a fixed table (e.g. sin-cos) is part of the architecture, not the init
-            pos.copy_(fixed)
+        """The model's own timm init; a fixed position table (sin-cos) is the architecture's, not the init's:
+        timm's draw for it goes to a stand-in (the same draws follow), and the table is never written."""
+        model, pos = self.model, self.model.pos_embed
+        if pos is None or self.learned_position() is not None:
+            reset_with_timm(model, generator)
+            return
+        model.pos_embed = nn.Parameter(torch.empty_like(pos), requires_grad=False)
+        try:
+            reset_with_timm(model, generator)
+        finally:
+            model.pos_embed = pos
 
     def reset_kaiming(self, generator: torch.Generator) -> None:
         # weight_init="skip" leaves the position embedding and tokens uninitialised: timm's values
@@ -221,19 +227,23 @@ def torch_defaults_(
     model: nn.Module, generator: torch.Generator, position: nn.Parameter | None, tokens: list[nn.Parameter]
 ) -> None:
     """PyTorch's defaults: kaiming_uniform(a=sqrt(5)) Linear/Conv, xavier_uniform packed in_proj with
-    zero biases (nn.MultiheadAttention's own reset), LayerNorm 1/0; the position embedding (if given)
-    and prefix tokens as in timm, as they have no PyTorch default."""
+    zero biases (nn.MultiheadAttention's own reset, after its out_proj's Linear default, as its constructor
+    runs them), LayerNorm 1/0; the position embedding (if given) and prefix tokens as in timm, as they have
+    no PyTorch default."""
+    attentions = [module for module in model.modules() if isinstance(module, nn.MultiheadAttention)]
     for module in model.modules():
         if isinstance(module, (nn.Linear, nn.Conv2d)):
             _torch_default_(module, generator)
         elif isinstance(module, nn.MultiheadAttention):
             nn.init.xavier_uniform_(module.in_proj_weight, generator=generator)
-            nn.init.zeros_(module.in_proj_bias)
-            nn.init.zeros_(module.out_proj.bias)
         elif isinstance(module, nn.LayerNorm) and module.elementwise_affine:
             nn.init.ones_(module.weight)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
+    for attention in attentions:  # modules() reaches its out_proj after it: the biases zeroed once both are drawn
+        for bias in (attention.in_proj_bias, attention.out_proj.bias):
+            if bias is not None:
+                nn.init.zeros_(bias)
     timm_embeddings_(position, tokens, generator)
 
 

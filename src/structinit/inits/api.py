@@ -73,7 +73,7 @@ def initialize(
     torch.compile, DistributedDataParallel or DataParallel is initialised through the wrapper (they
     share weights). An init that refuses a model or its options does so before it writes anything (a
     weight factor over options.LIMIT included); numbers that still overflow (a huge pos_scale) are named
-    after the write, and the model must be created again.
+    after the write, and the model must be created again. Report.set_tensors names every tensor it wrote.
     """
     seed = _seed_to_start(seed)
     model = unwrap(model)
@@ -87,7 +87,9 @@ def initialize(
         )
     try:
         with _on_cpu(model), one_torch_thread():
+            versions = _versions(model)
             report = _initialize(model, method, kernel_size, seed, given, variant)
+            report.set_tensors = _written(model, versions)
         failed = ""
     except (torch.linalg.LinAlgError, np.linalg.LinAlgError) as error:  # a solve on numbers an option spoilt
         report, failed = None, f" ({first_line(error)})"
@@ -99,6 +101,29 @@ def initialize(
             "spoilt, create it again"
         )
     return report
+
+
+def _versions(model: nn.Module) -> dict[str, int]:
+    """Each tensor of the model's state_dict -> its version counter, which every in-place write (copy_, an
+    nn.init draw, zero_) advances: the tensors an init wrote are those whose counter moved. Inference tensors
+    keep no counter, and no write outside inference mode may touch them: refused before anything is written."""
+    if not isinstance(model, nn.Module):
+        return {}
+    tensors = model.state_dict(keep_vars=True)
+    inference = [name for name, tensor in tensors.items() if tensor.is_inference()]
+    if inference:
+        raise RuntimeError(
+            f"the model's {inference[0]} is an inference tensor (the model was built under torch.inference_mode()), "
+            "which nothing may write: build the model outside inference mode, then initialise it"
+        )
+    return {name: tensor._version for name, tensor in tensors.items()}
+
+
+def _written(model: nn.Module, versions: dict[str, int]) -> list[str]:
+    """The names of the tensors whose version counter moved since `versions`: those the init wrote."""
+    if not isinstance(model, nn.Module):
+        return []
+    return [name for name, tensor in model.state_dict(keep_vars=True).items() if tensor._version != versions.get(name)]
 
 
 def _not_finite(model: nn.Module) -> list[str]:
@@ -172,7 +197,7 @@ def _initialize(
         base = getattr(resolved, "base", "keep")  # the layers a structured init does not set
         if base != "keep":
             (adapter.reset_timm if base == "timm" else adapter.reset_kaiming)(generator)
-        if isinstance(adapter, ModelAdapter) and not init.draws_embeddings and base == "keep":  # a base drew them
+        if isinstance(adapter, ModelAdapter) and init.embeddings == "seeded" and base == "keep":  # a base drew them
             adapter.redraw_embeddings(generator)
         source: dict[str, str] = {}
         sources = {"source": source} if init.records_source else {}

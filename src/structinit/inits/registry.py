@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Literal
 
 from torch import nn
 
@@ -37,6 +37,7 @@ from .rivals import (
     MimeticVOOptions,
     SinusoidalOptions,
     check_conditioned,
+    check_sinusoidal,
     init_conditioned,
     init_mimetic_vo,
     init_sinusoidal,
@@ -53,13 +54,15 @@ class InitMethod:
 
     run: Callable[..., list[LayerReport]]
     options: type[MethodOptions]
-    draws_embeddings: bool = False  # it sets the position embedding and prefix tokens itself
+    # a ViT's learned position embedding and prefix tokens: "seeded" (drawn from the seed before the init, which
+    # reads them: the same seed, the same weights), "own" (the init sets them itself) or "kept" (as they were)
+    embeddings: Literal["seeded", "own", "kept"] = "seeded"
     records_source: bool = False  # its run takes `source`, a dict it fills with what the report records of its sources
     check: Callable[[Any, Any], None] | None = None  # (adapter, options) -> None, or a one-line error
 
 
-TIMM = InitMethod(init_timm, NoOptions, draws_embeddings=True)
-KAIMING = InitMethod(init_kaiming, NoOptions, draws_embeddings=True)
+TIMM = InitMethod(init_timm, NoOptions, embeddings="own")
+KAIMING = InitMethod(init_kaiming, NoOptions, embeddings="own")
 MIMETIC = InitMethod(init_mimetic, MimeticOptions)
 METHODS: dict[str, InitMethod] = {
     "timm": TIMM,
@@ -67,9 +70,9 @@ METHODS: dict[str, InitMethod] = {
     "mimetic": MIMETIC,
     "impulse": InitMethod(init_impulse, ImpulseOptions, records_source=True, check=check_impulse),
     "qk-norm": InitMethod(init_qk_norm, QKNormOptions, check=check_qk_norm),
-    "select": InitMethod(init_select, SelectOptions, draws_embeddings=True, records_source=True, check=check_select),
+    "select": InitMethod(init_select, SelectOptions, embeddings="own", records_source=True, check=check_select),
     "conditioned": InitMethod(init_conditioned, ConditionedOptions, check=check_conditioned),
-    "sinusoidal": InitMethod(init_sinusoidal, SinusoidalOptions),
+    "sinusoidal": InitMethod(init_sinusoidal, SinusoidalOptions, embeddings="kept", check=check_sinusoidal),
     "mimetic-vo": InitMethod(init_mimetic_vo, MimeticVOOptions),
 }
 

@@ -94,12 +94,13 @@ def _check_position(model: nn.Module, position: torch.Tensor, values: dict[str, 
 
 
 def student_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The model's floating-point parameters and buffers by name, less its classifier's."""
+    """The model's floating-point parameters and persistent buffers by name (what a teacher's weights hold; a
+    non-persistent buffer, Eva's zero k_bias, is the architecture's), less its classifier's."""
     classifier = model.get_classifier() if hasattr(model, "get_classifier") else None
     prefixes = [f"{name}." for name, module in model.named_modules() if module is classifier and name]
-    tensors = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    tensors = model.state_dict(keep_vars=True)
     return {
-        name: t.data
+        name: t.detach()  # not .data: a write through it moves the version counter Report.set_tensors reads
         for name, t in tensors.items()
         if t.is_floating_point() and not any(name.startswith(p) for p in prefixes)
     }
