@@ -29,8 +29,10 @@ BASE = {
     "rank": ["rank", "{target}", "--images", "8", "--out", "out.png"],
     "upgrade-checkpoint": ["upgrade-checkpoint", "{checkpoints}"],
     "demo": ["demo", "--epochs", "1", "--quiet", "--out", "out"],
+    # a line of a command in a state of its own: the fixture run (one epoch) resumed to two
+    "train --resume": ["train", "--resume", "--epochs", "2", "--quiet", "--out", "{out}"],
 }
-POSITIONAL_DEFAULTS = {"model": "vit_digits", "target": "run", "checkpoints": "run/last.pt"}
+POSITIONAL_DEFAULTS = {"model": "vit_digits", "target": "run", "checkpoints": "run/last.pt", "out": "run"}
 COMMANDS = tuple(BASE)
 
 # what each flag that names a path reads or writes (fixtures and hostile states: invariant_checks.Scratch)
@@ -58,8 +60,9 @@ GENERIC_STATES = (
     "absent", "empty-file", "garbage-file", "fifo", "socket", "device", "link-outside", "dangling-link",
     "empty-dir", "sparse-huge",
 )  # fmt: skip
+RUN_STATES = ("edit-json", "edit-yaml", "edit-jsonl", "padded-metrics", "truncated-checkpoint", "no-checkpoint")
 ROLE_STATES = {
-    "output": ("another-run", "link-outside-dir"),
+    "output": ("valid", "another-run", "link-outside-dir", *RUN_STATES),
     "output-file": ("existing-file",),
     "config": ("valid", "edit-yaml", "yaml-alias-bomb", "yaml-list"),
     "weights": (
@@ -118,6 +121,7 @@ class Flag:
     kind: str  # switch, choice, int, float, text, labels, kwargs, model, or a path role
     nargs: Any
     choices: tuple[str, ...] = ()
+    default: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,7 +146,8 @@ def catalogue() -> dict[str, list[Flag]]:
 
 def _flag(command: str, action: argparse.Action) -> Flag:
     choices = tuple(map(str, action.choices)) if action.choices else ()
-    return Flag(command, action.dest, tuple(action.option_strings), kind_of(action), action.nargs, choices)
+    kind = kind_of(action)
+    return Flag(command, action.dest, tuple(action.option_strings), kind, action.nargs, choices, action.default)
 
 
 def kind_of(action: argparse.Action) -> str:
@@ -191,9 +196,13 @@ def init_labels() -> st.SearchStrategy[str]:
     return st.one_of(st.sampled_from(names), with_options, st.sampled_from(TEXT))
 
 
+SOUND = {"int": ("1", "2", "3"), "small-int": ("1", "2"), "float": ("0.1", "0.5", "1"), "small-float": ("0.01",)}
+
+
 def values(flag: Flag) -> st.SearchStrategy[list[str]]:
-    """The tokens after a flag (or of a positional): drawn by its kind; a path's are made by Scratch."""
-    one = {
+    """The tokens after a flag (or of a positional): drawn by its kind, sound or hostile alike (sound values
+    reach what lies past the checks of the flags); a path's are made by Scratch."""
+    hostile = {
         "choice": st.sampled_from((*flag.choices, "", "x")),
         "int": st.sampled_from(INTS),
         "small-int": st.sampled_from(SMALL_INTS),
@@ -206,6 +215,8 @@ def values(flag: Flag) -> st.SearchStrategy[list[str]]:
     }.get(flag.kind)
     if flag.kind in ("switch", "long-switch"):
         return st.just([])
+    sound = SOUND.get(flag.kind) or flag.choices or ((str(flag.default),) if isinstance(flag.default, str) else ())
+    one = st.one_of(hostile, st.sampled_from(sound)) if hostile is not None and sound else hostile
     if one is None:  # a path: the scratch tree makes it in its drawn state
         return st.sampled_from(GENERIC_STATES + ROLE_STATES[flag.kind]).map(lambda state: [f"@{state}"])
     count = flag.nargs if isinstance(flag.nargs, int) else 1
@@ -215,7 +226,8 @@ def values(flag: Flag) -> st.SearchStrategy[list[str]]:
 @st.composite
 def cases(draw, commands: tuple[str, ...] = COMMANDS, long: bool = False) -> Case:
     """A command's base line with one to three of its flags drawn (each flag once; `long`: long switches too)."""
-    command = draw(st.sampled_from(commands))
+    line = draw(st.sampled_from([name for name in BASE if name.split()[0] in commands]))
+    command = line.split()[0]
     flags = [f for f in catalogue()[command] if long or f.kind != "long-switch"]
     chosen = draw(st.lists(st.sampled_from(flags), min_size=1, max_size=3, unique_by=lambda f: f.dest))
     positionals = dict(POSITIONAL_DEFAULTS)
@@ -232,7 +244,7 @@ def cases(draw, commands: tuple[str, ...] = COMMANDS, long: bool = False) -> Cas
             positionals[flag.dest] = tokens[0]
             continue
         extra += [draw(st.sampled_from(flag.options)), *tokens]
-    template = BASE[command]
+    template = BASE[line]
     leading = [positionals[f.dest] for f in chosen if not f.options and f"{{{f.dest}}}" not in template]
     argv = [token.format(**positionals) if token.startswith("{") else token for token in template]
     return Case(command, [argv[0], *leading, *argv[1:], *extra], states, roles)

@@ -42,7 +42,7 @@ from .provenance import environment
 from .recipe import Recipe, data_of, data_size, evaluate, feed_of, notices
 from .rundir import RunDir
 from .settings import TrainConfig
-from .startup import batch_for_steps, measure_init, startup_lines, updates_per_epoch
+from .startup import measure_init, process_batch, startup_lines, updates_per_epoch
 
 # steps between checks that the losses are finite (each check waits for the device)
 FINITE_CHECK_STEPS = 50
@@ -157,20 +157,7 @@ class Run:
         self.recipe = Recipe(config, self.data, self.device, world, checkpointed)
         for line in notices(config, self.data) if world.main else []:
             warnings.warn(line, Notice, stacklevel=1)
-        batch = config.batch_size // world.world
-        if batch * world.world != config.batch_size or batch < 1:
-            raise ValueError(f"--batch-size {config.batch_size} must be a multiple of the {world.world} processes")
-        if batch % 2 and (config.mixup > 0 or config.cutmix > 0):  # timm's Mixup pairs each image with its mirror
-            raise ValueError(
-                f"--mixup/--cutmix mix each image with its mirror in the batch (timm's Mixup): a batch of {batch} "
-                "a process is odd; give an even --batch-size"
-            )
-        if len(self.data.train_labels) < config.batch_size:
-            images = len(self.data.train_labels)
-            raise ValueError(
-                f"--batch-size {config.batch_size} exceeds the {images} training images: give -b {images} or "
-                f"less (-b {batch_for_steps(images)}: {images // batch_for_steps(images)} steps an epoch)"
-            )
+        batch = process_batch(config, world.world, len(self.data.train_labels))
         channels, size = self.data.channels, data_size(config, self.data) or 0  # 0: the model's own size
         check_fits(  # a batch, its augmented copy and the model's input, in float32
             3 * 4 * batch * channels * size * size,

@@ -120,3 +120,22 @@ def startup_lines(config: TrainConfig, data: Any, model: nn.Module, report: Repo
             "(the lr schedule and EMA move by steps)"
         )
     return lines
+
+
+def process_batch(config: TrainConfig, world: int, images: int) -> int:
+    """The batch each of `world` processes takes, once --batch-size is found to split evenly among them, to fit
+    the `images` training images, and to be even where timm's Mixup pairs each image with its mirror."""
+    batch = config.batch_size // world
+    if batch * world != config.batch_size or batch < 1:
+        raise ValueError(f"--batch-size {config.batch_size} must be a multiple of the {world} processes")
+    if batch % 2 and (config.mixup > 0 or config.cutmix > 0):
+        raise ValueError(
+            f"--mixup/--cutmix mix each image with its mirror in the batch (timm's Mixup): a batch of {batch} "
+            "a process is odd; give an even --batch-size"
+        )
+    if images < config.batch_size:
+        raise ValueError(
+            f"--batch-size {config.batch_size} exceeds the {images} training images: give -b {images} or "
+            f"less (-b {batch_for_steps(images)}: {images // batch_for_steps(images)} steps an epoch)"
+        )
+    return batch
