@@ -281,6 +281,45 @@ def test_compare_never_reuses_a_finished_run_of_images_replaced_since(tmp_path, 
     assert main([*argv, "--out", str(tmp_path / "g"), "--rerun"]) == 0
 
 
+def _images_replaced_after(runs, folder, monkeypatch):
+    """Every image of `folder` replaced once `runs` runs have trained: a copy that lands while the command runs."""
+    from structinit.studies import grid
+
+    trained, train = [], grid.train
+
+    def train_then_replace(config):
+        summary = train(config)
+        trained.append(config.out)
+        if len(trained) == runs:
+            _photos(folder, seed=1)
+        return summary
+
+    monkeypatch.setattr(grid, "train", train_then_replace)
+
+
+def test_a_comparison_whose_images_are_replaced_while_it_runs_gives_no_verdict(tmp_path, capsys, monkeypatch):
+    folder = _photos(tmp_path / "photos")
+    _images_replaced_after(2, folder, monkeypatch)
+    assert main(["choose", str(folder), *FOLDER, "--out", str(tmp_path / "c")]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and "Traceback" not in captured.err, captured.err
+    assert "8 of the comparison's 10 runs trained on other images than it was planned on" in captured.err
+    assert "full/kaiming-seed0, " in captured.err and "give --rerun to compare again from scratch" in captured.err
+    assert "verdict" not in captured.out and not (tmp_path / "c" / "results.md").exists()
+
+
+def test_compare_tabulates_no_run_whose_images_were_replaced_while_it_ran(tmp_path, capsys, monkeypatch):
+    folder = _photos(tmp_path / "photos")
+    _images_replaced_after(1, folder, monkeypatch)
+    argv = ["compare", str(folder), *TINY, "-b", "4", "--epochs", "1", "--inits", "timm,kaiming", "--seeds", "0"]
+    assert main([*argv, "--out", str(tmp_path / "g")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"full/timm-seed0 of {tmp_path / 'g'} trained on other data than imagefolder:" in err and "--rerun" in err
+    assert not (tmp_path / "g" / "results.md").exists()
+    assert main([*argv, "--out", str(tmp_path / "g"), "--rerun"]) == 0  # timm trained again, on the images now
+
+
 def test_a_second_choose_into_the_same_out_is_refused_in_one_line(tmp_path, capsys):
     with RunLock(tmp_path / "c", "choose"):
         assert _choose_digits(tmp_path, "--epochs", "1") == 2

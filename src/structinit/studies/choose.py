@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -17,21 +18,22 @@ import torch
 
 from ..data.datasets import fingerprint
 from ..errors import RunError
-from ..files import folders_kept_only_if_used, remove_empty_folders
+from ..files import folders_kept_only_if_used, read_json_object, refuse_link
 from ..inits.labels import AUTO, label_method, read_label
 from ..inits.labels import BASELINES as BASELINE_METHODS
 from ..scale import head_qk_norms
 from ..training.device import Dist, usable_cores
 from ..training.lock import RunLock
-from ..training.ownership import clear_run, written_by_a_run
+from ..training.ownership import replaced_aside
 from ..training.recipe import Recipe, data_of
 from ..training.settings import TrainConfig
 from ..training.startup import batch_for_steps, eval_images
 from . import choose_pace
 from .choose_pace import OVERRUN, RESERVE_SECONDS, Pace, sized_epochs, warmup_for
-from .choose_plan import PLAN_FILE, Plan, check_same, read_plan, recipe_of, write_plan
-from .choose_runs import run_configs_of, scores_at, train_runs
-from .grid import RESULT_FILES, check_grid_directory, write_grid_results
+from .choose_plan import MAX_BYTES, PLAN_FILE, RERUN, Plan, check_same, read_plan, recipe_of, write_plan
+from .choose_runs import check_trained_on_plan, run_configs_of, scores_at, train_runs
+from .grid import RESULT_FILES, check_grid_directory, recover_set_aside, run_dir, write_grid_results
+from .grid_checks import own_files_of
 from .verdict import Evidence, Verdict, verdict
 
 STRUCTURED = "impulse"  # the paper's text: Q/K alone at its solve's sharpness, on PyTorch's base
@@ -147,8 +149,8 @@ def choose(
     """Compare the inits into `out` within `minutes` from `started` (time.monotonic(); default: now), or for
     `epochs` where given, on a validation split of base.val_per_class images a class (validation_size's
     where None), and give the verdict. A comparison already in `out` goes on as planned when asked again with
-    the same flags on the same data, and is refused otherwise; `rerun`: compare again from scratch;
-    `fit_batch`: batch_for's; `show`: a bar over the epochs."""
+    the same flags on the same data, and is refused otherwise; `rerun`: compare again from scratch (what it
+    replaces is deleted once the new plan is written); `fit_batch`: batch_for's; `show`: a bar over the epochs."""
     started = time.monotonic() if started is None else started
     check_minutes(minutes)
     seeds, out = check_seeds(list(seeds)), Path(out)
@@ -157,6 +159,7 @@ def choose(
         raise ValueError(f"--parallel must be >= 1, got {parallel}")
     check_grid_directory(out)
     with folders_kept_only_if_used(out), RunLock(out, "choose"):
+        recover_set_aside(out)
         sizing = (minutes, epochs, started, parallel)
         return _choose(base, seeds, out, structured, sizing, fit_batch, say, rerun, show)
 
@@ -182,8 +185,9 @@ def _choose(base, seeds, out, structured, sizing, fit_batch, say, rerun, show) -
         + f", into {out}"
     )
     configs = run_configs_of(plan, config, out)
-    pace = Pace(*plan.pace)
-    epoch = train_runs(plan, configs, out, parallel, deadline, pace, show)
+    check_trained_on_plan(plan, configs, out)  # runs of a previous call
+    epoch = train_runs(plan, configs, out, parallel, deadline, Pace(*plan.pace), show)
+    check_trained_on_plan(plan, configs, out)  # images replaced while they trained
     rows = write_grid_results(out)
     if epoch == 0:
         return Choice(None, 0, rows, config, plan)
@@ -197,12 +201,13 @@ def _choose(base, seeds, out, structured, sizing, fit_batch, say, rerun, show) -
 
 def _plan(out: Path, base: TrainConfig, data: Any, structured: str, seeds: list[int], sizing, rerun: bool, say):
     """The comparison's plan: the one in `out` if it is the comparison asked, else (where `out` holds none, or
-    `rerun` discards it) a new one, sized to the budget from the pace measured here."""
+    `rerun` replaces it) a new one, sized to the budget from the pace measured here. What `rerun` replaces is
+    deleted only once the new plan is written (replaced_aside): a refusal before then leaves `out` as it was."""
     minutes, epochs, started, parallel, loading = sizing
     try:
         plan = read_plan(out)
     except RunError:
-        if not rerun:
+        if not rerun or not os.path.lexists(out / PLAN_FILE):  # no plan: the runs are another grid's
             raise
         plan = None
     asked = dict(
@@ -211,11 +216,12 @@ def _plan(out: Path, base: TrainConfig, data: Any, structured: str, seeds: list[
         minutes=None if epochs is not None else minutes,
     )  # fmt: skip
     if plan is not None and not rerun:
-        check_same(plan, dataclasses.replace(plan, **asked, epochs=epochs or plan.epochs), out / PLAN_FILE)
+        now = dataclasses.replace(
+            plan, **asked, epochs=epochs or plan.epochs, steps=len(data.train_labels) // base.batch_size
+        )
+        check_same(plan, now, out / PLAN_FILE)
         say(f"going on with the comparison planned in {out / PLAN_FILE}")
         return plan
-    if rerun:
-        discard(out)
     control, building = control_of(base, data, structured)
     inits = [structured, *BASELINES, control]
     pace, model, threads = choose_pace.measure(base, data, loading, building)
@@ -237,17 +243,33 @@ def _plan(out: Path, base: TrainConfig, data: Any, structured: str, seeds: list[
         pace=list(dataclasses.astuple(pace)),
         **asked,
     )
-    write_plan(out, plan)
+    with replaced_aside(out, _replaced_by(out, plan) if rerun else []):
+        write_plan(out, plan)
     return plan
 
 
-def discard(out: Path) -> None:
-    """Delete the comparison in `out`: its runs' own files (each run's lock held), its results and its plan."""
-    for config in sorted(out.glob("*/*/config.yaml")):
-        run = config.parent
-        if written_by_a_run(config, run):
-            with RunLock(run):
-                clear_run(run)
-            remove_empty_folders([run, run.parent])
-    for name in (*RESULT_FILES, PLAN_FILE):
-        (out / name).unlink(missing_ok=True)
+def _replaced_by(out: Path, plan: Plan) -> list[list[Path]]:
+    """What `plan`, asked with --rerun, replaces in `out`, checked before anything moves (grid_checks.own_files_of):
+    the plan and results there, and the own files of the runs the plan there names and of those `plan` trains
+    into; a folder no plan names (a user's own run) is left as it is."""
+    refuse_link(out / PLAN_FILE)
+    runs = [*_planned_runs(out), *(run_dir(out, plan.per_class, i, s) for i in plan.inits for s in plan.seeds)]
+    files = [out / name for name in (PLAN_FILE, *RESULT_FILES) if (out / name).exists()]
+    return [files, *own_files_of(list(dict.fromkeys(runs)), out)]
+
+
+def _planned_runs(out: Path) -> list[Path]:
+    """The run folders the plan in `out` names (its inits x seeds), read leniently: a plan damaged elsewhere (or
+    of 0.4.0) still names its runs where its inits, seeds and per_class are well formed; none otherwise."""
+    try:
+        record = read_json_object(out / PLAN_FILE, RERUN, MAX_BYTES)
+    except (RunError, OSError):
+        return []
+    inits, seeds, per_class = record.get("inits"), record.get("seeds"), record.get("per_class")
+    if not (isinstance(inits, list) and all(isinstance(i, str) for i in inits)):
+        return []
+    if not (isinstance(seeds, list) and all(type(s) is int for s in seeds)):
+        return []
+    if per_class is not None and not (type(per_class) is int and per_class >= 1):
+        return []
+    return [run_dir(out, per_class, init, seed) for init in inits for seed in seeds]

@@ -11,10 +11,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..errors import RunError
+from ..training.checkpoint import load_checkpoint
 from ..training.record import MetricsLog
 from ..training.settings import TrainConfig
 from .choose_pace import Pace, reachable
-from .choose_plan import Plan
+from .choose_plan import RERUN, Plan
 from .grid import run_configs, run_dir
 
 # an epoch this much slower than planned, at several torch threads, and the runs go on at one: beside a process
@@ -125,3 +127,24 @@ def scores_at(configs: list[TrainConfig], epoch: int) -> dict[str, list[float]]:
         line = next(line for line in epochs_done(config) if line["epoch"] == epoch)
         scores.setdefault(config.init, []).append(line["val_top1"])
     return scores
+
+
+def check_trained_on_plan(plan: Plan, configs: list[TrainConfig], out: Path) -> None:
+    """Refuse the comparison where a run's checkpoint records other data than the plan's fingerprint (images
+    replaced while it ran, or between two calls): one table and one verdict would rest on two data sets. Refused,
+    not trained again: the images the plan was made on may be gone, and which are meant is the user's to say
+    (--rerun compares again from scratch on the images as they are)."""
+    other = [c for c in configs if (Path(c.out) / "last.pt").exists() and _trained_on(c) not in (None, plan.data)]
+    if other:
+        names = [str(Path(c.out).relative_to(out)) for c in other]
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        raise RunError(
+            f"{len(other)} of the comparison's {len(configs)} runs trained on other images than it was planned on "
+            f"(images added, removed or replaced while it ran, or since): {shown}; no verdict rests on two data "
+            f"sets: {RERUN}"
+        )
+
+
+def _trained_on(config: TrainConfig) -> str | None:
+    """The data's fingerprint the run's checkpoint records (None: an older run's, which did not record it)."""
+    return load_checkpoint(Path(config.out) / "last.pt", mmap=True).get("data")

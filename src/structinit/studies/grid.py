@@ -15,18 +15,29 @@ import os
 import re
 import signal
 import threading
+import warnings
 from concurrent.futures import FIRST_COMPLETED, wait
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ..errors import Notice
 from ..files import folders_kept_only_if_used, remove_temporaries
 from ..training.lock import RunLock
+from ..training.ownership import recover_aside
 from ..training.record import MetricsLog
 from ..training.run import train
 from ..training.settings import TrainConfig
-from .grid_checks import RESULT_FILES, check_grid_directory, check_same_data, check_same_recipe, refuse_links_to
+from .grid_checks import (
+    RESULT_FILES,
+    check_grid_directory,
+    check_same_data,
+    check_same_recipe,
+    check_tabulated_data,
+    refuse_links_to,
+    replacing,
+)
 from .launch import Cluster, LocalJob, local_workers, new_processes_ignore_signals, run_on_cluster
 from .results import collect
 from .tables import write_results
@@ -71,6 +82,9 @@ def compare(
         if twice:
             raise ValueError(f"{name} lists {', '.join(twice)} twice: each run of the grid once")
     _check_auto_once(base, inits)
+    if out.is_dir():
+        with RunLock(out, "grid"):  # what a killed --rerun set aside, back before the directory is judged
+            recover_set_aside(out)
     check_grid_directory(out)
     with folders_kept_only_if_used(out):
         return _compare(base, inits, seeds, per_class, out, parallel, rerun, threads, cluster, wide)
@@ -95,6 +109,7 @@ def _compare(
         for seed in seeds
     ]
     run_configs(configs, parallel, root=out, rerun=rerun, threads=threads, cluster=cluster)
+    check_tabulated_data(out)
     return write_grid_results(out, wide)
 
 
@@ -136,8 +151,9 @@ def run_configs(
     """Train every config whose run directory has no summary.json (resuming those with a checkpoint).
 
     A run directory made with another recipe, or finished on data that has changed since, is refused
-    before anything trains (`rerun`: emptied and trained again). `root`, the grid's directory, is locked
-    (`lock`; False: its caller holds the lock): a second grid on it is refused.
+    before anything trains (`rerun`: trained again, once every run is checked; its files set aside until its
+    new run has checkpointed: grid_checks.replacing). `root`, the grid's directory, is locked (`lock`; False:
+    its caller holds the lock): a second grid on it is refused.
     parallel > 1: that many runs at once, each in its own process (two one-thread runs train ~1.25x
     faster than one two-thread run of a small ViT on 2 cores), on the visible GPUs in turn where there
     are several. Every run uses `threads` torch threads (default: the CPU's cores shared equally
@@ -151,11 +167,26 @@ def run_configs(
         cluster.submitit()  # what the jobs need, before anything is made
     with RunLock(root, "grid") if root is not None and lock else contextlib.nullcontext():
         fingerprints: dict[str, str] = {}
+        stale = []
         for config in configs:
             refuse_links_to(Path(config.out), root)
-            check_same_recipe(config, rerun)
-            check_same_data(config, rerun, fingerprints)
-        _run_all(configs, parallel, threads, root, cluster)
+            if check_same_recipe(config, rerun) or check_same_data(config, rerun, fingerprints):
+                stale.append(Path(config.out))
+        with replacing(stale, root):
+            _run_all(configs, parallel, threads, root, cluster)
+
+
+def recover_set_aside(root: Path) -> None:
+    """What a --rerun killed before its replacements were accepted left in `root` put back (ownership.recover_aside),
+    and said. Hold the directory's lock; compare and choose call it before they read the directory."""
+    restored = sorted(str(path.relative_to(root)) for path in recover_aside(root))
+    if restored:
+        warnings.warn(
+            f"put back {len(restored)} file(s) a --rerun set aside in {root} and was stopped before it replaced them "
+            f"({', '.join(restored[:3])}{', ...' if len(restored) > 3 else ''})",
+            Notice,
+            stacklevel=2,
+        )
 
 
 def _run_all(

@@ -1,17 +1,20 @@
 """What a grid refuses before it trains: a directory that is not a grid's, a link on the way to a run, and a
-run directory made with another recipe or finished on data that has changed since (`rerun`: emptied and
-trained again instead)."""
+run directory made with another recipe or finished on data that has changed since (`rerun`: trained again
+instead, its files set aside until the new run has checkpointed); and before it tabulates, a run of other data."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..files import read_json_object, refuse_link
 from ..training.config_file import read_config
 from ..training.identity import identity
 from ..training.lock import RunLock
-from ..training.ownership import clear_run, written_by_a_run
+from ..training.ownership import clear_run, owned_files, replaced_aside, written_by_a_run
 from ..training.record import MetricsLog, RunError
 from ..training.setting import flag
 from ..training.settings import TrainConfig
@@ -50,11 +53,11 @@ def refuse_links_to(run: Path, root: Path | None) -> None:
             refuse_link(folder)
 
 
-def check_same_recipe(config: TrainConfig, rerun: bool) -> None:
-    """Refuse (or, with `rerun`, empty) a run directory whose run computes something else."""
+def check_same_recipe(config: TrainConfig, rerun: bool) -> bool:
+    """Refuse a run directory whose run computes something else; with `rerun`, True: it is to be trained again."""
     path = Path(config.out) / "config.yaml"
     if not path.exists():
-        return
+        return False
     if not written_by_a_run(path):  # a moved grid's runs are taken; only their own files may be deleted
         raise RunError(f"{path} was not written by a run: use another --out (it stays as it is)")
     moved = not written_by_a_run(path, Path(config.out))
@@ -71,22 +74,53 @@ def check_same_recipe(config: TrainConfig, rerun: bool) -> None:
     resumes = MetricsLog(Path(config.out)).training_changes() if not listed else []
     if resumes:
         listed = "resumes that changed " + ", ".join(resumes)
-    if not listed:
-        return
+    if listed and not rerun:
+        raise RunError(f"{config.out} was made with {listed}: use another --out, or --rerun to train it again")
+    return bool(listed)
+
+
+def check_same_data(config: TrainConfig, rerun: bool, fingerprints: dict[str, str]) -> bool:
+    """Refuse a finished run whose checkpoint records other data than its config loads now (images added,
+    removed or replaced since): its result would be reused as if it were of this data; with `rerun`, True: it
+    is to be trained again. `fingerprints`: the data's fingerprint by its settings, loaded once for all runs."""
+    if not _other_data(config, fingerprints):
+        return False
     if rerun:
-        with RunLock(Path(config.out)):  # refused while a process trains it
-            clear_run(Path(config.out))
-        return
-    raise RunError(f"{config.out} was made with {listed}: use another --out, or --rerun to train it again")
+        return True
+    raise RunError(
+        f"{config.out} trained on other data: the images of {config.data} changed since it finished (added, removed "
+        "or replaced): use another --out, or --rerun to train it again"
+    )
 
 
-def check_same_data(config: TrainConfig, rerun: bool, fingerprints: dict[str, str]) -> None:
-    """Refuse (or, with `rerun`, empty) a finished run whose checkpoint records other data than its config
-    loads now (images added, removed or replaced since): its result would be reused as if it were of this
-    data. `fingerprints`: the data's fingerprint by its settings, loaded once for all the runs that share them."""
+def check_tabulated_data(out: Path) -> None:
+    """Refuse to tabulate the grid in `out` where a finished run of it trained on other data than its settings
+    load now (images replaced while the grid ran, or since): a table would set runs of two data sets side by side.
+    Refused, not trained again here: the runs of the data as it is now are sound, and which images are meant is the
+    user's to say (--rerun trains the others again on the images as they are)."""
+    fingerprints: dict[str, str] = {}
+    stale = []
+    for summary in sorted(out.glob("*/*/summary.json")):
+        if not written_by_a_run(summary.parent / "config.yaml"):  # collect names it; a moved grid's run is read
+            continue
+        config = dataclasses.replace(read_config(summary.parent / "config.yaml"), out=str(summary.parent))
+        if _other_data(config, fingerprints):
+            stale.append(config)
+    if stale:
+        names = [str(Path(c.out).relative_to(out)) for c in stale]
+        raise RunError(
+            f"{', '.join(names[:4])}{f' and {len(names) - 4} more' if len(names) > 4 else ''} of {out} trained on "
+            f"other data than {stale[0].data} holds now (images added, removed or replaced while the grid ran, or "
+            "since): no table sets two data sets side by side; compare --rerun, with their --inits and --seeds, "
+            "trains them again on the images as they are"
+        )
+
+
+def _other_data(config: TrainConfig, fingerprints: dict[str, str]) -> bool:
+    """Whether the finished run of `config` recorded other data than its config loads now."""
     out = Path(config.out)
     if not (out / "summary.json").exists() or not (out / "last.pt").exists():
-        return  # an unfinished run: its resume checks its data (Run.restore)
+        return False  # an unfinished run: its resume checks its data (Run.restore)
     from ..data.datasets import fingerprint
     from ..training.checkpoint import load_checkpoint
     from ..training.data_settings import DataSettings
@@ -95,17 +129,40 @@ def check_same_data(config: TrainConfig, rerun: bool, fingerprints: dict[str, st
     key = repr([getattr(config, f.name) for f in dataclasses.fields(DataSettings)])
     if key not in fingerprints:
         fingerprints[key] = fingerprint(data_of(config))
-    trained = load_checkpoint(out / "last.pt", mmap=True).get("data")
-    if trained in (None, fingerprints[key]):
+    return load_checkpoint(out / "last.pt", mmap=True).get("data") not in (None, fingerprints[key])
+
+
+def own_files_of(runs: list[Path], root: Path | None = None) -> list[list[Path]]:
+    """The own files (ownership.owned_files) of each of `runs` that is a folder, for `replaced_aside`: refused,
+    before anything is moved, where a link is on the way from `root` to a run, a run is in use (its lock held),
+    records another directory or holds files a run writes that it does not account for."""
+    groups = []
+    for run in runs:
+        refuse_links_to(run, root)
+        if run.is_dir():
+            with RunLock(run):
+                groups.append(owned_files(run))
+    return groups
+
+
+@contextlib.contextmanager
+def replacing(runs: list[Path], root: Path | None) -> Iterator[None]:
+    """Train the block's new runs in place of `runs`, whose own files (owned_files, each checked first under its
+    lock: refused while a process trains it) are set aside in `root` (ownership.replaced_aside): a run is replaced
+    once its new run has checkpointed; where the block fails, one whose new run had not is put back as it was
+    (what that start wrote cleared first)."""
+    if not runs:
+        yield
         return
-    if rerun:
-        with RunLock(out):
-            clear_run(out)
-        return
-    raise RunError(
-        f"{out} trained on other data: the images of {config.data} changed since it finished (added, removed "
-        "or replaced): use another --out, or --rerun to train it again"
-    )
+    with replaced_aside(root or Path(os.path.commonpath([run.parent for run in runs])), own_files_of(runs, root)):
+        try:
+            yield
+        except BaseException:
+            for run in runs:
+                if (run / "config.yaml").exists() and not (run / "last.pt").exists():
+                    with contextlib.suppress(RunError), RunLock(run):  # a run still in use keeps its place
+                        clear_run(run)
+            raise
 
 
 def _changed_init_options(config: TrainConfig) -> str:

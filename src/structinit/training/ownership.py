@@ -12,17 +12,24 @@
 These names are the tool's own: it deletes them (and its temporary files, `.NAME.tmpPID`) only where
 it can prove they are its unfinished work, and never anything else in the directory. A link at any of
 them is refused (`refuse_links`): the run would write through it, outside its directory.
+
+What a command replaces (`--rerun`) is deleted only once its replacement is accepted: set aside in the
+command's directory first (`replaced_aside`: DIR/.replaced-XXXX/), put back on a refusal.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import shutil
+import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from ..errors import RunError
-from ..files import refuse_link, remove_temporaries
+from ..files import refuse_link, remove_empty_folders, remove_temporaries
 from .provenance import ENVIRONMENT
 from .record import MetricsLog
 from .settings_yaml import SettingsError, load_yaml, read_settings_text
@@ -90,11 +97,23 @@ def resume_hint(out: Path) -> str:
 
 
 def clear_run(out: Path) -> list[Path]:
-    """Delete what the run of `out` wrote (its files, the snapshots and TensorBoard events its record
-    says it kept, temporary files) and nothing else; returns what it deleted. Call it holding the run's
-    lock, once its config.yaml proves the run is of this directory (`written_by_a_run`). Deletes
-    nothing, and raises RunError, where files a run writes are there that its record does not account
-    for: a fresh run there would take them for its own."""
+    """Delete what the run of `out` wrote (owned_files, temporary files) and nothing else; returns what it
+    deleted, or raises owned_files' RunError having deleted nothing. Call it holding the run's lock, once its
+    config.yaml proves the run is of this directory (`written_by_a_run`)."""
+    owned = owned_files(out)
+    for path in owned:
+        path.unlink()
+    removed = owned + clear_temporaries(out)
+    for folder in (out / "snapshots", out / "tensorboard"):
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+    return removed
+
+
+def owned_files(out: Path) -> list[Path]:
+    """The files of `out` its run wrote (run_files), checked before anything is deleted or set aside: RunError
+    where the record names another directory (a moved or copied run), or where files a run writes are there that
+    the record does not account for (a fresh run there would take them for its own)."""
     config = out / "config.yaml"
     if written_by_a_run(config) and not written_by_a_run(config, out):
         raise RunError(
@@ -108,13 +127,7 @@ def clear_run(out: Path) -> list[Path]:
             f"{out} holds {', '.join(foreign[:3])}, which a run writes and no unfinished run of this directory "
             "did: use another --out (the files stay as they are)"
         )
-    for path in owned:
-        path.unlink()
-    removed = owned + clear_temporaries(out)
-    for folder in (out / "snapshots", out / "tensorboard"):
-        if folder.is_dir() and not any(folder.iterdir()):
-            folder.rmdir()
-    return removed
+    return owned
 
 
 def run_files(out: Path) -> list[Path]:
@@ -167,3 +180,71 @@ def snapshot_path(out: Path, epoch: int) -> Path:
 def clear_temporaries(out: Path) -> list[Path]:
     """Delete the temporary files that interrupted writes of the run in `out` left (hold its lock)."""
     return remove_temporaries(out, RUN_FILES) + remove_temporaries(out / "snapshots", lambda n: bool(SNAPSHOT.match(n)))
+
+
+# DIR/.replaced-XXXX/N/...: group N of the files a command replaces, kept until the replacement is accepted
+ASIDE = re.compile(r"^\.replaced-\w+?(?P<dropped>\.dropped)?$")
+
+
+@contextlib.contextmanager
+def replaced_aside(folder: Path, groups: Iterable[Iterable[Path]]):
+    """Move each group of files under `folder` (a run's own files, say) into a new FOLDER/.replaced-XXXX/N/, run
+    the block, then delete them and the folders they emptied: nothing is deleted before its replacement is accepted.
+    Where the block raises (a refusal, Ctrl-C), each group goes back whole unless its replacement took a place of
+    it (that group was replaced: it is dropped), so a refusal leaves every file as it was. Hold the folder's lock;
+    what a killed holder left is put back by the next holder (`recover_aside`)."""
+    folder, moved = Path(folder), []
+    aside = Path(tempfile.mkdtemp(prefix=".replaced-", dir=folder))
+    try:
+        for index, group in enumerate(groups):
+            for path in map(Path, group):
+                target = aside / str(index) / path.relative_to(folder)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.rename(path, target)  # the file itself, a link as a link
+                moved.append(path)
+        yield
+    except BaseException:
+        _put_back(folder, aside)
+        raise
+    dropped = aside.with_name(aside.name + ".dropped")
+    os.rename(aside, dropped)  # accepted: a deletion cut short here is finished, never undone
+    shutil.rmtree(dropped)
+    for path in moved:
+        remove_empty_folders([p for p in path.parents if folder in p.parents])
+
+
+def recover_aside(folder: Path) -> list[Path]:
+    """What a killed holder of `folder`'s lock left of `replaced_aside` (call it holding the lock, outside that
+    block): a deletion begun is finished, and files set aside go back as after a refusal. Returns those put back."""
+    restored: list[Path] = []
+    for item in sorted(Path(folder).iterdir()) if Path(folder).is_dir() else []:
+        match = ASIDE.match(item.name)
+        if not match or item.is_symlink() or not item.is_dir():
+            continue
+        if match["dropped"]:
+            shutil.rmtree(item)
+        else:
+            restored += _put_back(Path(folder), item)
+    return restored
+
+
+def _put_back(folder: Path, aside: Path) -> list[Path]:
+    """Each group set aside in `aside` back in `folder` where none of its places is taken; the rest dropped."""
+    restored = []
+    for group in sorted(aside.iterdir()) if aside.is_dir() else []:
+        entries = [Path(base, name) for base, dirs, files in os.walk(group) for name in files + dirs]
+        files = [p for p in entries if p.is_symlink() or not p.is_dir()]  # os.walk follows no link
+        places = [folder / p.relative_to(group) for p in files]
+        if all(_free(place, folder) for place in places):
+            for path, place in zip(files, places):
+                place.parent.mkdir(parents=True, exist_ok=True)
+                os.rename(path, place)
+            restored += places
+    shutil.rmtree(aside, ignore_errors=True)
+    return restored
+
+
+def _free(place: Path, folder: Path) -> bool:
+    """Nothing at `place`, and no link or file on its way from `folder`: a file put back there writes through none."""
+    on_the_way = [p for p in place.parents if folder in p.parents]
+    return not os.path.lexists(place) and not any(p.is_symlink() or p.is_file() for p in on_the_way)
