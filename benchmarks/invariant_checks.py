@@ -34,6 +34,7 @@ class Zygote:
         cache.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "STRUCTINIT_CACHE": str(cache), "MPLCONFIGDIR": str(cache / "matplotlib")}
         env.update(XDG_CACHE_HOME=str(cache / "xdg"), TORCH_HOME=str(cache / "torch"), HF_HOME=str(cache / "hf"))
+        env.update(TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"), TRITON_CACHE_DIR=str(cache / "triton"))
         env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent / "src"), env.get("PYTHONPATH", "")])
         self.process = subprocess.Popen(
             [sys.executable, str(HERE / "zygote.py")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
