@@ -12,6 +12,7 @@ Run as `python benchmarks/zygote.py`; it answers until its input ends.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -50,6 +51,7 @@ def child(request: dict) -> None:
         traceback.print_exc()
         code = 1
     finally:
+        atexit._run_exitfuncs()  # as a process that ends: multiprocessing's finalizers (its semaphores), ...
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code if isinstance(code, int) else 1)
