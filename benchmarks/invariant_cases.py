@@ -19,18 +19,26 @@ from structinit.inits.names import METHOD_NAMES
 
 TINY = ["--model-kwargs", "depth=1,embed_dim=32,num_heads=2"]
 RUN = [*TINY, "--per-class", "5", "-b", "25", "--quiet", "--epochs", "1"]
+GRID = ["--inits", "timm,impulse", "--seeds", "0"]
 # each command at its least on the embedded digits: a second or a few; {dest} a positional the cases may replace
 BASE = {
     "init": ["init", "{model}", *TINY],
     "train": ["train", *RUN, "--out", "out"],
-    "compare": ["compare", *RUN, "--inits", "timm,impulse", "--seeds", "0", "--out", "out"],
+    "compare": ["compare", *RUN, *GRID, "--out", "out"],
     "choose": ["choose", *RUN, "--out", "out"],
     "attention": ["attention", "{target}", "--images", "8", "--out", "out.png"],
     "rank": ["rank", "{target}", "--images", "8", "--out", "out.png"],
     "upgrade-checkpoint": ["upgrade-checkpoint", "{checkpoints}"],
     "demo": ["demo", "--epochs", "1", "--quiet", "--out", "out"],
-    # a line of a command in a state of its own: the fixture run (one epoch) resumed to two
+    # lines of a command in a state of its own: the fixture run (one epoch) resumed to two; a grid trained again at
+    # another learning rate; a comparison made again
     "train --resume": ["train", "--resume", "--epochs", "2", "--quiet", "--out", "{out}"],
+    "compare --rerun": ["compare", *RUN, *GRID, "--lr", "0.002", "--rerun", "--out", "grid"],
+    "choose --rerun": ["choose", *RUN, "--rerun", "--out", "chosen"],
+}
+LAZY_FIXTURES = {  # what those lines find, made the first time a line names it
+    "grid": ["compare", *RUN, *GRID, "--out", "grid"],
+    "chosen": ["choose", *RUN, "--out", "chosen"],
 }
 POSITIONAL_DEFAULTS = {"model": "vit_digits", "target": "run", "checkpoints": "run/last.pt", "out": "run"}
 COMMANDS = tuple(BASE)
