@@ -154,7 +154,7 @@ def test_a_stop_after_the_run_is_past_is_refused_and_writes_nothing(tmp_path, ca
 
 def test_a_summary_the_run_did_not_write_is_refused_and_the_runs_own_stale_one_is_replaced(finished, tmp_path, capsys):
     run = copy_run(finished, tmp_path / "run")
-    mine = json.dumps({"finished": True, "epochs_done": 2, "test_top1": 99.0})
+    mine = json.dumps({**json.loads((run / "summary.json").read_text()), "test_top1": 99.0, "test_top5": 99.5})
     (run / "summary.json").write_text(mine)  # the user's, over the run's
     assert main(["train", "--out", str(run), "--resume", "--epochs", "3", "--quiet"]) == 2
     one_line(capsys, "summary.json is not this run's", "move it away")
@@ -756,7 +756,7 @@ def finished_grid(tmp_path_factory) -> Path:
 
 def _edit_summary(run: Path) -> None:
     summary = json.loads((run / "summary.json").read_text())
-    (run / "summary.json").write_text(json.dumps({**summary, "test_top1": 99.0}))
+    (run / "summary.json").write_text(json.dumps({**summary, "test_top1": 99.0, "test_top5": 99.5}))
 
 
 def _tear_the_last_line(run: Path) -> None:
@@ -774,18 +774,31 @@ def _strip_a_line(run: Path) -> None:
     (run / "metrics.jsonl").write_text("\n".join(['{"epoch": 1}', *lines[1:]]) + "\n")
 
 
+REPAIRED = "structinit train --resume --out RUN puts it back"
+
+
 @pytest.mark.parametrize(
-    "damage, message, repaired",
+    "damage, message, fix, repaired",
     [
-        (_edit_summary, "summary.json is not the run's", True),
-        (lambda run: (run / "summary.json").write_text("{}"), "ends at epoch 2, its summary.json at None", True),
-        (_tear_the_last_line, "metrics.jsonl ends at epoch 1, its summary.json at 2", True),
-        (_edit_config, "config.yaml says other --lr than its last.pt", True),
-        (_strip_a_line, "has a damaged record (KeyError('epoch_seconds')", False),
+        (_edit_summary, "summary.json is not the run's", REPAIRED, True),
+        (
+            lambda run: (run / "summary.json").write_text("{}"),
+            "summary.json is damaged (its 'finished' is missing)",
+            "delete it and run the grid again",
+            True,
+        ),
+        (_tear_the_last_line, "metrics.jsonl ends at epoch 1, its summary.json at 2", REPAIRED, True),
+        (_edit_config, "config.yaml says other --lr than its last.pt", REPAIRED, True),
+        (
+            _strip_a_line,
+            "metrics.jsonl line 1 is not an epoch or event record (its 'train_loss' is missing)",
+            "remove the damaged line",
+            False,
+        ),
     ],
     ids=["edited summary", "empty summary", "torn last line", "edited config", "line without its numbers"],
 )
-def test_compare_tabulates_only_a_whole_record(finished_grid, tmp_path, capsys, damage, message, repaired):
+def test_compare_tabulates_only_a_whole_record(finished_grid, tmp_path, capsys, damage, message, fix, repaired):
     out = tmp_path / "grid"
 
     shutil.copytree(finished_grid, out)
@@ -793,7 +806,7 @@ def test_compare_tabulates_only_a_whole_record(finished_grid, tmp_path, capsys, 
     damage(run)
     argv = [*GRID, "--epochs", "2", "--out", str(out)]
     assert main([*argv, "--lr", "0.002"] if damage is _edit_config else argv) == 2  # the recipe it now says
-    one_line(capsys, message, "structinit train --resume --out RUN puts it back" if repaired else "mend the line")
+    one_line(capsys, message, fix)
     if repaired:
         if "summary" in message:
             (run / "summary.json").unlink()

@@ -10,11 +10,11 @@ SMALL = ["--model-kwargs", "depth=1,embed_dim=32,num_heads=2", "--per-class", "5
 
 def forge(run):
     summary = json.loads((run / "summary.json").read_text())
-    summary["test_top1"] = 99.0
+    summary.update(test_top1=99.0, test_top5=99.5)  # a forgery that holds together: only last.pt tells
     (run / "summary.json").write_text(json.dumps(summary))
     lines = (run / "metrics.jsonl").read_text().splitlines()
     last = json.loads(lines[-1])
-    last["test_top1"] = 99.0
+    last.update(test_top1=99.0, test_top5=99.5)
     (run / "metrics.jsonl").write_text("\n".join([*lines[:-1], json.dumps(last)]) + "\n")
 
 

@@ -80,8 +80,9 @@ def test_init_with_overwrite_refuses_a_fifo_where_it_writes_and_does_not_advise_
 def test_a_metrics_log_with_a_huge_tail_is_damage_found_without_reading_it_whole(tmp_path):
     from structinit.training.record import MetricsLog
 
+    line = {"epoch": 1, "step": 10, "train_loss": 1.0, "lr": 1e-3, "img_per_s": 50.0, "epoch_seconds": 1.0, "time": 1.0}
     log = MetricsLog(tmp_path)
-    log.append({"epoch": 1, "step": 10, "train_loss": 1.0})
+    log.append(line)
     size = log.path.stat().st_size
     with open(log.path, "r+b") as file:
         file.truncate(size + (3 << 30))  # 3 GB of NUL bytes, sparse: read whole it would take as much memory
@@ -89,7 +90,7 @@ def test_a_metrics_log_with_a_huge_tail_is_damage_found_without_reading_it_whole
         log.records()
     with open(log.path, "r+b") as file:
         file.truncate(size + 100)  # a short torn tail: dropped, as a crash mid-write leaves
-    assert log.records() == [{"epoch": 1, "step": 10, "train_loss": 1.0}]
+    assert log.records() == [line]
 
 
 def test_a_json_record_larger_than_its_bound_is_refused_without_reading_it(tmp_path):

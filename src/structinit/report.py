@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from .offsets import Offset, kernel_offsets, offset_mass
+from .schema import Schema, listing, mapping, problem
 
 MEASURED = "measured"  # the method of a report that measured a model (measure.fidelity): its offsets are its finding
 
@@ -139,15 +140,19 @@ def images_lines(pseudo: float | None, on_images: dict[str, Any], unit: str = "h
     return lines
 
 
+# what a saved report's layers hold that is read back (weight selection's teacher, a grid's result rows)
+RECORDED_LAYERS = Schema({"layers": listing(mapping(Schema({"heads": listing(at_least=1)})), optional=True, null=True)})
+
+
 def recorded_heads(record: dict[str, Any]) -> int | None:
     """The heads (units) per layer that a saved report (`Report.to_dict`) records, from its first layer;
-    None if it records no layers. ValueError if its layers are not a report's."""
+    None if it records no layers. ValueError (why) if its layers are not a report's: each a mapping
+    with a list of its heads, one at least."""
+    why = problem(record, RECORDED_LAYERS)
+    if why:
+        raise ValueError(why)
     layers = record.get("layers")
-    if not layers:
-        return None
-    if not isinstance(layers, list) or not isinstance(layers[0], dict) or not isinstance(layers[0].get("heads"), list):
-        raise ValueError("its layers are not a report's (a list of layers, each with a list of heads)")
-    return len(layers[0]["heads"])
+    return len(layers[0]["heads"]) if layers else None
 
 
 def best_offsets(attn: torch.Tensor, kernel_size: int, grid: tuple[int, int], num_prefix: int) -> list[HeadReport]:

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
+import re
 from pathlib import Path
 from typing import Any
 
 from ..errors import RunError
 from ..files import atomic_write_text, read_json_object, refuse_link
+from ..schema import Field, Schema, check, integer, listing, mapping, number, shown, text
+from ..training.device import usable_cores
 from ..training.identity import NOT_RECIPE, identity
 from ..training.setting import flag
 from ..training.settings import TrainConfig
@@ -72,42 +74,56 @@ def write_plan(out: Path, plan: Plan) -> None:
     atomic_write_text(out / PLAN_FILE, json.dumps(dataclasses.asdict(plan), indent=1) + "\n")
 
 
-def _numbers(value: Any, kind: type, count: int | None = None) -> bool:
-    return (
-        isinstance(value, list)
-        and (count is None or len(value) == count)
-        and all(isinstance(v, kind) and not isinstance(v, bool) for v in value)
-        and all(math.isfinite(v) and v >= 0 for v in value)
-    )
+def _seeds(value: Any) -> bool:
+    return all(isinstance(v, int) and not isinstance(v, bool) for v in value) and value == sorted(set(value))
 
 
-def _positive(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+def _fingerprint(value: Any) -> bool:
+    return isinstance(value, str) and re.fullmatch(r"[0-9a-f]{16}", value) is not None
 
 
-# each field of a plan: what it must be, in the words a message uses
-FIELDS = {
-    "inits": (lambda v: isinstance(v, list) and len(v) >= 2 and all(isinstance(i, str) for i in v), "2+ labels"),
-    "seeds": (lambda v: _numbers(v, int) and len(v) >= 2 and v == sorted(set(v)), "2+ distinct seeds, sorted"),
-    "epochs": (_positive, "an integer >= 1"),
-    "minutes": (lambda v: v is None or (isinstance(v, (int, float)) and 0 < v < math.inf), "minutes > 0 or null"),
-    "structured": (lambda v: isinstance(v, str), "an init label"),
-    "control": (lambda v: isinstance(v, str), "an init label"),
-    "per_class": (lambda v: v is None or _positive(v), "an integer >= 1 or null"),
-    "val_per_class": (_positive, "an integer >= 1"),
-    "batch_size": (_positive, "an integer >= 1"),
-    "recipe": (lambda v: isinstance(v, dict), "a mapping of settings"),
-    "data": (lambda v: isinstance(v, str) and len(v) == 16, "a fingerprint of 16 hex digits"),
-    "steps": (_positive, "an integer >= 1"),
-    "pace": (lambda v: _numbers(v, (int, float), 3), "three seconds >= 0"),
-    "model": (lambda v: isinstance(v, str), "text"),
-    "threads": (_positive, "an integer >= 1"),
-    "version": (lambda v: v == PLAN_VERSION, f"{PLAN_VERSION}"),
-}
+def _runs_named(plan: dict[str, Any]) -> str | None:
+    """The inits are the structured init, the baselines and the control, each once (choose._plan's order)."""
+    inits = plan["inits"]
+    if len(set(inits)) != len(inits) or inits[0] != plan["structured"] or inits[-1] != plan["control"]:
+        return f"its 'inits' {shown(inits)} are not its 'structured', the baselines and its 'control', each once"
+    return None
+
+
+def _threads_here(plan: dict[str, Any]) -> str | None:
+    if plan["threads"] > usable_cores():
+        return f"its 'threads' {plan['threads']} are more than the {usable_cores()} cores this process may use"
+    return None
+
+
+# each field of a plan, and what the fields derive of each other (the steps an epoch: check_same, from the data)
+PLAN = Schema(
+    {
+        "inits": listing(text(what="an init label"), at_least=2, what="2+ labels"),
+        "seeds": Field("2+ distinct seeds, sorted", lambda v: isinstance(v, list) and len(v) >= 2 and _seeds(v)),
+        "epochs": integer(1),
+        "minutes": Field("minutes > 0 or null", lambda v: v is None or (number(0).test(v) and v > 0)),
+        "structured": text(what="an init label"),
+        "control": text(what="an init label"),
+        "per_class": integer(1, null=True),
+        "val_per_class": integer(1),
+        "batch_size": integer(1),
+        "recipe": mapping(what="a mapping of settings"),
+        "data": Field("a fingerprint of 16 hex digits", _fingerprint),
+        "steps": integer(1),
+        "pace": Field("three seconds", lambda v: isinstance(v, list) and len(v) == 3, items=number(0)),
+        "model": text(),
+        "threads": integer(1),
+        "version": Field(f"{PLAN_VERSION}", lambda v: v == PLAN_VERSION),
+    },
+    rules=(_runs_named, _threads_here),
+    closed=True,
+    kind="plan",
+)
 
 
 def read_plan(out: Path) -> Plan | None:
-    """The plan in `out` (None if it holds none), checked field by field: RunError naming the file and the
+    """The plan in `out` (None if it holds none), checked against its schema: RunError naming the file and the
     first bad field; RunError too where `out` holds runs and no plan (another grid's)."""
     path = out / PLAN_FILE
     if not path.exists() and not path.is_symlink():
@@ -120,22 +136,14 @@ def read_plan(out: Path) -> Plan | None:
     record = read_json_object(path, RERUN, MAX_BYTES)
     if "version" not in record:
         raise RunError(f"{path} was planned by structinit 0.4.0, which did not record the data it compared on: {RERUN}")
-    unknown = sorted(set(record) - set(FIELDS))
-    if unknown:
-        raise RunError(f"{path} is damaged (it holds {unknown[0]!r}, which no plan has): {RERUN}")
-    for name, (good, what) in FIELDS.items():
-        if name not in record:
-            raise RunError(f"{path} is damaged (its {name!r} is missing): {RERUN}")
-        if not good(record[name]):
-            shown = json.dumps(record[name])
-            shown = shown if len(shown) <= 40 else shown[:37] + "..."
-            raise RunError(f"{path} is damaged (its {name!r} is {shown}, not {what}): {RERUN}")
-    return Plan(**record)
+    return Plan(**check(record, PLAN, str(path), RERUN))
 
 
 def check_same(plan: Plan, asked: Plan, path: Path) -> None:
     """Refuse a plan that is not the comparison asked, naming every difference: the flags, the recipe's
-    settings, the data's images, and the budget (--minutes or --epochs)."""
+    settings, the data's images, and the budget (--minutes or --epochs); and one whose steps an epoch are
+    not those its data gives at its batch (`asked.steps`: training images // batch), which the verdict's
+    evidence counts."""
     differ = [f"{k} {v} (now {asked.asked()[k]})" for k, v in plan.asked().items() if asked.asked()[k] != v]
     names = sorted(plan.recipe.keys() | asked.recipe.keys())
     differ += [
@@ -151,4 +159,9 @@ def check_same(plan: Plan, asked: Plan, path: Path) -> None:
         raise RunError(
             f"the data changed since the comparison in {path.parent} was planned (images added, removed or "
             f"replaced): its runs trained on other images; {RERUN}"
+        )
+    if plan.steps != asked.steps:
+        raise RunError(
+            f"{path} is damaged (its 'steps' {plan.steps} are not the {asked.steps} steps an epoch its data gives at "
+            f"batch {plan.batch_size}): {RERUN}"
         )

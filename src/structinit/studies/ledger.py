@@ -11,7 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from ..data.datasets import parse_spec
+from ..errors import RunError
 from ..files import atomic_write_text
+from ..schema import Bounds, Field, Schema, check, integer, json_lines, listing, number, text
+from ..seeds import MAX_SEED
 from ..training.identity import NOT_RECIPE, config_hash
 from ..training.settings import TrainConfig
 from .results import collect, time_to_accuracy
@@ -23,13 +26,78 @@ def ledger_key(row: dict[str, Any]) -> LedgerKey:
     return row["grid"], row["per_class"], row["init"], row["seed"]
 
 
+LEDGER_BOUNDS = Bounds(line=1 << 20, lines=100_000, total=64 << 20)  # a row is ~1 KB, a study's ledger ~200 rows
+LEDGER_FIX = "mend or remove the row (a run whose row is removed trains again), or restore the file from git"
+
+
+def _or_empty(field: Field, optional: bool = True) -> Field:
+    """`field`, or '' where a result row has no value (collect's rows: no per-class subset, no init report)."""
+    return Field(f"{field.what} or ''", lambda value: value == "" or field.test(value), optional)
+
+
+def _curve(value: Field) -> Field:
+    """A row's curve: [epoch, value] points, or null where it was not kept."""
+
+    def point(item: Any) -> bool:
+        return isinstance(item, list) and len(item) == 2 and integer(1).test(item[0]) and value.test(item[1])
+
+    return listing(Field(f"[epoch, {value.what}]", point), optional=True, null=True)
+
+
+def _steps_of_epochs(row: dict[str, Any]) -> str | None:
+    steps = row.get("steps")
+    if isinstance(steps, int) and steps % row["epochs"]:
+        return f"its 'steps' {steps} are not its {row['epochs']} epochs of equal steps"
+    return None
+
+
+PERCENT = number(0, 100)
+# a ledger's row: a result row (results.collect) and its grid; the cell keys and the score are in every row, what
+# the ledger added later (best top-1, steps, wall-clock, where it ran, its recipe's hash) in the newer ones
+ROW = Schema(
+    {
+        **dict.fromkeys(("grid", "init", "dataset", "model", "split", "recipe"), text()),
+        **dict.fromkeys(("per_class", "heads"), _or_empty(integer(1), optional=False)),
+        "seed": integer(0, MAX_SEED),
+        "epochs": integer(1),
+        "top1": PERCENT,
+        "best_top1": number(0, 100, optional=True),
+        "top5": number(0, 100, optional=True, null=True),
+        "train_loss": number(0, optional=True),
+        **dict.fromkeys(("secs", "wall_secs"), number(0, optional=True)),
+        **dict.fromkeys(("steps", "images", "val_per_class"), _or_empty(integer(1))),
+        "train_fraction": _or_empty(number(0, 1)),
+        "epochs_to_timm": integer(1, optional=True, null=True),
+        "curve": _curve(PERCENT),
+        "loss_curve": _curve(number(0)),
+        **dict.fromkeys(("device", "precision", "recipe_hash"), text(optional=True)),
+    },
+    rules=(_steps_of_epochs,),
+)
+
+
 def read_ledger(path: Path) -> dict[LedgerKey, dict[str, Any]]:
     """The rows of a study's committed ledger (JSON lines; none if `path` is absent), by run: one per
     finished run, curve included, so that its docs can be rewritten and its grids resumed on a
-    checkout that has no run directories."""
+    checkout that has no run directories. Read within LEDGER_BOUNDS, each row checked against its schema
+    (ROW): a damaged one is one line (SystemExit) naming the file, the line and the field."""
     path = Path(path)
-    rows = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-    return {ledger_key(r): r for r in rows}
+    rows = {}
+    try:
+        for at, line in json_lines(path, LEDGER_BOUNDS, LEDGER_FIX) if path.exists() else ():
+            if line.strip():
+                row = check(_json(line, f"{path} line {at}"), ROW, f"{path} line {at}", LEDGER_FIX)
+                rows[ledger_key(row)] = row
+    except RunError as error:
+        raise SystemExit(str(error)) from None
+    return rows
+
+
+def _json(line: bytes, where: str) -> Any:
+    try:
+        return json.loads(line)
+    except (ValueError, RecursionError):  # not JSON, not UTF-8 text, nested too deep to read
+        raise RunError(f"{where} is damaged (not JSON): {LEDGER_FIX}") from None
 
 
 def write_ledger(path: Path, rows: list[dict[str, Any]]) -> None:

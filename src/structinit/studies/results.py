@@ -17,7 +17,7 @@ from ..report import recorded_heads
 from ..training.checkpoint import load_checkpoint
 from ..training.config_file import read_run_config
 from ..training.identity import NOT_RECIPE, config_hash, identity_differences
-from ..training.record import MetricsLog, RunError, summary_of_the_run
+from ..training.record import MetricsLog, RunError, read_summary, summary_of_the_run
 from ..training.settings import TrainConfig, flag
 
 CSV_COLUMNS = [
@@ -53,18 +53,9 @@ def collect(out: Path) -> list[dict[str, Any]]:
     """One row per finished run under `out`, with its per-epoch curve, its best top-1 and its time to
     accuracy. `split` is what it was evaluated on: 'test', or 'val' for a run with a validation split;
     `device` and `precision` where it ran (CPU figures differ between CPUs, bf16 or fp32). A record that
-    does not hold together (summary, log, config and checkpoint) is refused, naming the run and the fix."""
-    rows = []
-    for summary_path in sorted(out.glob("*/*/summary.json")):
-        path = summary_path.parent
-        summary, resolved, ran, curve = _checked_record(path)
-        try:
-            rows.append(_row(path, summary, resolved, ran, curve))
-        except (KeyError, TypeError, ValueError) as error:
-            raise RunError(
-                f"{path} has a damaged record ({error!r} in summary.json or metrics.jsonl): mend the line, "
-                "or train the run again (compare --rerun): a checkpoint holds only its own epoch's lines"
-            ) from None
+    does not hold together (summary, log, config and checkpoint, each checked against its schema) is refused,
+    naming the run and the fix."""
+    rows = [_row(path.parent, *_checked_record(path.parent)) for path in sorted(out.glob("*/*/summary.json"))]
     time_to_accuracy(rows)
     return rows
 
@@ -76,15 +67,19 @@ REPAIR = "structinit train --resume --out RUN puts it back from its checkpoint (
 def _checked_record(path: Path) -> tuple[dict[str, Any], TrainConfig, dict[str, Any], list[dict[str, Any]]]:
     """A finished run's summary, config, environment and epoch lines, once they agree: the log ends at the
     summary's epoch with the summary's metrics, and config.yaml says what its last.pt trained."""
-    summary = read_json_object(path / "summary.json", SUMMARY_FIX)
+    summary = read_summary(path / "summary.json", SUMMARY_FIX)
     resolved, ran = read_run_config(path / "config.yaml")
     curve = MetricsLog(path).epochs()
-    done = summary.get("epochs_done")
+    done, split = summary["epochs_done"], resolved.eval_split
     if not curve or curve[-1]["epoch"] != done:
         last = curve[-1]["epoch"] if curve else "none"
         raise RunError(f"{path}/metrics.jsonl ends at epoch {last}, its summary.json at {done!r}: {REPAIR}")
     if not summary_of_the_run(curve, summary):
         raise RunError(f"{path}/summary.json is not the run's (its metrics are not the log's epoch {done}): {REPAIR}")
+    if done != resolved.epochs:
+        raise RunError(f"{path}/summary.json ends at epoch {done}, its config.yaml at {resolved.epochs}: {REPAIR}")
+    if not {f"{split}_top1", f"{split}_top5"} <= curve[-1].keys():
+        raise RunError(f"{path}/metrics.jsonl's last epoch has no evaluation on {split}, as a run's has: {REPAIR}")
     if (path / "last.pt").exists():
         checkpoint = load_checkpoint(path / "last.pt", mmap=True)
         kept = checkpoint.get("metrics")  # the epoch's metrics as the run computed them

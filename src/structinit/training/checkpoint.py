@@ -19,6 +19,36 @@ import torch
 
 from ..errors import RunError, first_line
 from ..files import atomic_save, regular_file
+from ..schema import Schema, integer, listing, mapping, problem, text
+from .record import EPOCH, checkpoint_lines, line_problem
+
+
+def _lines_of_its_epoch(state: dict[str, Any]) -> str | None:
+    """The log lines a checkpoint holds are log lines; its metrics, those of its epoch."""
+    for line in checkpoint_lines(state):
+        why = line_problem(line)
+        if why:
+            return f"a log line it holds is not an epoch or event record ({why})"
+    metrics = state.get("metrics")
+    if metrics and metrics["epoch"] != state["epoch"]:
+        return f"its metrics are of epoch {metrics['epoch']}, not of its 'epoch' {state['epoch']}"
+    return None
+
+
+# a checkpoint's plain values (its weights are checked as all weights entering are: weights_in; its config as
+# config.yaml's: config_file.config_values); an older structinit's lacks `log` and `data` (its data's fingerprint)
+CHECKPOINT = Schema(
+    {
+        "epoch": integer(1),
+        "model": mapping(),
+        "config": mapping(),
+        "metrics": mapping(EPOCH, optional=True, null=True),
+        "log": listing(optional=True, null=True),
+        "rng": mapping(optional=True),
+        "data": text(optional=True),
+    },
+    rules=(_lines_of_its_epoch,),
+)
 
 
 def load_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
@@ -45,6 +75,9 @@ def load_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
         raise RunError(f"{path} is truncated or damaged ({first_line(error)}){damaged}") from None
     if not isinstance(state, dict) or not {"model", "epoch", "config"} <= state.keys():
         raise RunError(f"{path} is not a structinit checkpoint (it lacks model, epoch or config)")
+    why = problem(state, CHECKPOINT)
+    if why:
+        raise RunError(f"{path} is damaged ({why}){damaged}")
     return state
 
 

@@ -11,12 +11,22 @@ from typing import Any
 from ..errors import RunError
 from ..files import regular_file
 from ..inits.labels import KERNEL_SIZE, InitSpec, with_options
+from ..schema import Schema, check, integer, text
 from .provenance import ENVIRONMENT
 from .setting import check_value
 from .settings import SETTINGS, TrainConfig
 from .settings_yaml import SettingsError, load_yaml, read_settings_text
 
 FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(TrainConfig)}
+# where a run ran (provenance.environment), under config.yaml's `environment` and in a log's environment events;
+# every field optional: older versions recorded fewer
+ENVIRONMENT_RECORD = Schema(
+    {
+        **dict.fromkeys(("device", "device_name", "amp_dtype"), text(optional=True)),
+        **dict.fromkeys(("world_size", "torch_threads"), integer(1, optional=True)),
+        **dict.fromkeys(("structinit", "torch", "timm", "python", "platform"), text(optional=True)),
+    }
+)
 
 
 def config_values(values: Any, source: str) -> dict[str, Any]:
@@ -69,7 +79,8 @@ def read_run_config(path: str | Path) -> tuple[TrainConfig, dict[str, Any] | Non
         config = TrainConfig(**config_values(values, str(path)))
     except (ValueError, TypeError) as error:
         raise RunError(str(error) if str(error).startswith(str(path)) else f"{path}: {error}") from None
-    return config, values.get(ENVIRONMENT)
+    ran = values.get(ENVIRONMENT)
+    return config, None if ran is None else check(ran, ENVIRONMENT_RECORD, f"{path}'s {ENVIRONMENT}", fix)
 
 
 def read_config_file(path: Path) -> dict[str, Any]:

@@ -14,16 +14,18 @@ import torch
 from torch import nn
 
 from ..errors import RunError
-from ..files import atomic_save, atomic_write_text, read_json_object
+from ..files import atomic_save, atomic_write_text
 from .checkpoint import load_checkpoint
 from .config_file import config_values, read_run_config
 from .identity import RESUMABLE, identity, identity_differences, resume_changes
 from .ownership import RESULTS, check_fresh, clear_temporaries, refuse_links, snapshot_path
 from .provenance import ENVIRONMENT
-from .record import MetricsLog, checkpoint_lines, summary_of_the_run
+from .record import MetricsLog, checkpoint_lines, read_summary, summary_of_the_run
 from .setting import flag
 from .settings import TrainConfig
 from .settings_yaml import dump_yaml
+
+SUMMARY_FIX = "move it away: --resume writes the run's own when it finishes"
 
 
 class RunDir:
@@ -67,10 +69,12 @@ class RunDir:
         changes = self.allowed_changes(saved, done)
         if self.main:
             self.refuse_files_ahead(saved, done, checkpoint["model"])
-            self.refuse_a_summary_not_of(checkpoint)
-            clear_temporaries(self.out)
-            self.log.reconcile(done, checkpoint_lines(checkpoint))
-            before = self.repair_record(saved, done)
+            log, rewrite = self.log.reconciled(done, checkpoint_lines(checkpoint))
+            behind = self.summary_behind(checkpoint, log)
+            clear_temporaries(self.out)  # the checks made: the writes
+            if rewrite:
+                self.log.write(log)
+            before = self.repair_record(saved, behind)
             if changes:
                 self.pending.append({"event": "resume", "after_epoch": done, "changed": changes})
             if env != before:  # resumed elsewhere: config.yaml says where it goes on, the log where it was
@@ -144,20 +148,28 @@ class RunDir:
                 "away (it stays as it is), then --resume"
             )
 
-    def refuse_a_summary_not_of(self, checkpoint: dict[str, Any]) -> None:
-        """Before any write: a summary.json of the checkpoint's epoch must hold the metrics the checkpoint
-        recorded of it (a summary edited by hand is not repaired into the log)."""
-        summary, kept = self.out / "summary.json", checkpoint.get("metrics")
-        if not summary.exists() or not kept:
-            return
-        record = read_json_object(summary, "move it away: --resume writes the run's own when it finishes")
-        if record.get("epochs_done") == checkpoint["epoch"] and not summary_of_the_run([kept], record):
+    def summary_behind(self, checkpoint: dict[str, Any], log: list[dict[str, Any]]) -> bool:
+        """Whether summary.json is the run's own of an epoch before its checkpoint's (then deleted: written again
+        when it finishes). Before any write, one that is not the run's is refused: of the checkpoint's epoch
+        without the metrics the checkpoint recorded of it, or ending no epoch of the log (`log`, as the resume
+        makes it); a summary edited by hand is not repaired into the log."""
+        path, kept, done = self.out / "summary.json", checkpoint.get("metrics"), checkpoint["epoch"]
+        if not path.exists():
+            return False
+        record = read_summary(path, SUMMARY_FIX)
+        if kept and record["epochs_done"] == done and not summary_of_the_run([kept], record):
             raise RunError(
-                f"{summary} is not this run's (not what last.pt recorded of epoch {checkpoint['epoch']}): move it "
-                "away (it stays as it is); --resume writes the run's own when it finishes"
+                f"{path} is not this run's (not what last.pt recorded of epoch {done}): move it away (it stays as it "
+                "is); --resume writes the run's own when it finishes"
             )
+        if not summary_of_the_run([r for r in log if "event" not in r], record):
+            raise RunError(
+                f"{path} is not this run's (no epoch of its metrics.jsonl ends with it): move it away (it stays as it "
+                "is); --resume writes the run's own when it finishes"
+            )
+        return record["epochs_done"] != done
 
-    def repair_record(self, saved: TrainConfig, done: int) -> dict[str, Any] | None:
+    def repair_record(self, saved: TrainConfig, summary_behind: bool) -> dict[str, Any] | None:
         """Make config.yaml and summary.json agree with the checkpoint (a crash between a checkpoint and
         its record, or a record an older structinit wrote ahead of it); returns the recorded environment."""
         path = self.out / "config.yaml"
@@ -168,20 +180,12 @@ class RunDir:
         values = {**dataclasses.asdict(saved), "resume": False}
         if recorded is None or identity(dataclasses.asdict(recorded)) != identity(values):
             write_config(self.out, values, before or {})
-        summary = self.out / "summary.json"
-        if summary.exists():
-            record = read_json_object(summary, "move it away: --resume writes the run's own when it finishes")
-            if not summary_of_the_run(self.log.epochs(), record):
-                raise RunError(
-                    f"{summary} is not this run's (no epoch of its metrics.jsonl ends with it): move it away "
-                    "(it stays as it is); --resume writes the run's own when it finishes"
-                )
-            if record["epochs_done"] != done:
-                summary.unlink()  # this run's own, behind its checkpoint: written again when it finishes
+        if summary_behind:
+            (self.out / "summary.json").unlink()  # the run's own, behind its checkpoint: written when it finishes
         return before
 
     def read_summary(self) -> dict[str, Any]:
-        return read_json_object(self.out / "summary.json", "delete it: --resume writes it again")
+        return read_summary(self.out / "summary.json", SUMMARY_FIX)
 
     def start(self, report: dict[str, Any], model: nn.Module) -> None:
         """A fresh run's init report, and its snapshot at init if asked."""
@@ -215,8 +219,17 @@ def write_config(out: Path, values: dict[str, Any], env: dict[str, Any], if_chan
     the file says otherwise)."""
     text = dump_yaml({**values, ENVIRONMENT: env})
     path = out / "config.yaml"
-    if not (if_changed and path.exists() and path.read_text() == text):
+    if not (if_changed and _holds(path, text)):
         atomic_write_text(path, text)
+
+
+def _holds(path: Path, text: str) -> bool:
+    """Whether `path` is a regular file holding `text`, read no further than `text` is long."""
+    data = text.encode()
+    if not path.is_file():
+        return False
+    with open(path, "rb") as file:
+        return file.read(len(data) + 1) == data
 
 
 def save_snapshot(model: nn.Module, out: Path, epoch: int) -> None:
