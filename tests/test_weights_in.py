@@ -6,6 +6,7 @@ file or a model larger than the memory left is one line with the number."""
 import argparse
 import json
 import os
+import re
 import warnings
 
 import pytest
@@ -197,7 +198,7 @@ def test_a_model_larger_than_the_memory_left_is_one_line_before_it_is_allocated(
     assert main(["init", "vit_tiny_patch16_224", "--num-classes", "100000000", "--init", "timm"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
-    assert "vit_tiny_patch16_224 (100,000,000 classes) (a tensor of 19,200,000,000 values) needs 76.8 GB" in err[0]
+    assert "vit_tiny_patch16_224 (100,000,000 classes) and its timm init needs 77.2 GB of memory" in err[0]
 
 
 def test_the_memory_left_counts_an_address_space_limit():
@@ -236,3 +237,129 @@ def test_float8_weights_are_checked_in_float32_and_load(tmp_path):
     torch.save(state, tmp_path / "f8nan.pt")
     with pytest.raises(ValueError, match="holds values that are not finite"):
         load_weights(tiny(), tmp_path / "f8nan.pt")
+
+
+# issue 75: one reading of names for every format; headers checked before anything is allocated; values
+# named as the file holds them
+
+
+def saved(state, path):
+    """`state` written as `path` says: .safetensors, a bare .pt, or a checkpoint (.pth.tar) holding it."""
+    if path.suffix == ".safetensors":
+        save_file(state, str(path))
+    else:
+        torch.save({"epoch": 3, "state_dict": state} if path.name.endswith(".pth.tar") else state, path)
+    return path
+
+
+FORMATS = ["w.safetensors", "w.pt", "checkpoint-3.pth.tar"]
+
+
+@pytest.mark.parametrize("name", FORMATS)
+@pytest.mark.parametrize("prefix", ["module.", "_orig_mod.", "_orig_mod.module."])
+def test_a_wrappers_prefix_is_read_alike_in_every_format(tmp_path, name, prefix):
+    weights = tiny().state_dict()
+    model = tiny()
+    torch.nn.init.zeros_(model.head.weight)
+    load_weights(model, saved({prefix + key: t.clone() for key, t in weights.items()}, tmp_path / name))
+    assert all(torch.equal(model.state_dict()[key], t) for key, t in weights.items())
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_a_tensor_and_its_prefixed_twin_are_refused_naming_both(tmp_path, name):
+    state = {key: t.clone() for key, t in tiny().state_dict().items()}
+    state["module.head.weight"] = torch.ones_like(state["head.weight"])  # the twin once won in .pt files
+    model = tiny()
+    before = model.head.weight.clone()
+    with pytest.raises(ValueError, match=r"holds both head.weight and module.head.weight: one tensor twice"):
+        load_weights(model, saved(state, tmp_path / name))
+    assert torch.equal(model.head.weight, before)
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_another_wrappers_prefix_is_named_in_every_format(tmp_path, name):
+    state = {"model." + key: t for key, t in tiny().state_dict().items()}  # Lightning's module holding the model
+    with pytest.raises(ValueError, match=r"its names carry the prefix 'model\.' before the model's: save the wrapped"):
+        load_weights(tiny(), saved(state, tmp_path / name))
+
+
+def crafted(path, change):
+    """A saved init whose header's head.weight entry `change` rewrites (the bytes after it as they were)."""
+    structinit.save_init(tiny(), path, model_kwargs=TINY)
+    raw = path.read_bytes()
+    length = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8 : 8 + length])
+    change(header["head.weight"])
+    text = json.dumps(header).encode()
+    path.write_bytes(len(text).to_bytes(8, "little") + text + raw[8 + length :])
+    return path
+
+
+CRAFTED = {
+    "overflowing": (lambda e: e.update(shape=[2**62, 2**62]), r"head.weight's shape \[4611686018427387904, "),
+    "too long": (lambda e: e.update(shape=[10, 32]), r"head.weight's shape \[10, 32\] of F32 is not the 640 bytes"),
+    "negative": (lambda e: e.update(shape=[-10, -16]), r"head.weight has the shape \[-10, -16\]"),
+    "boolean": (lambda e: e.update(shape=[True, 16]), r"head.weight has the shape \[True, 16\]"),
+    "beyond the file": (
+        lambda e: e.update(data_offsets=[o + 10**12 for o in e["data_offsets"]]),
+        r"head.weight's data_offsets \[1000000\d+, 1000000\d+\] lie beyond the file's [\d,]+ bytes of data",
+    ),
+    "reversed": (lambda e: e["data_offsets"].reverse(), r"head.weight has the shape \[10, 16\] and data_offsets"),
+    "shifted": (lambda e: e["data_offsets"].__setitem__(0, e["data_offsets"][0] + 4), "head.weight's shape"),
+    "overlapping": (lambda e: e.update(data_offsets=[0, 640]), r"\S+'s data starts at byte 0 of the data, not at"),
+}
+
+
+@pytest.mark.parametrize("how", CRAFTED)
+def test_an_impossible_safetensors_header_is_refused_naming_the_file_before_allocating(tmp_path, monkeypatch, how):
+    path = crafted(tmp_path / "init.safetensors", CRAFTED[how][0])
+    monkeypatch.setattr("safetensors.torch.load_file", lambda *args: pytest.fail("weights read"))
+    for load in (structinit.load_init, lambda p: load_weights(tiny(), p)):
+        with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}: {CRAFTED[how][1]}"):
+            load(path)
+
+
+def test_train_refuses_an_overflowing_header_in_one_line_leaving_no_run(tmp_path, capsys):
+    path = crafted(tmp_path / "init.safetensors", CRAFTED["overflowing"][0])
+    assert main([*TRAIN, "--initial-checkpoint", str(path), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{path}: head.weight's shape [4611686018427387904, " in err[0]
+    assert not (tmp_path / "run").exists()
+
+
+def with_qkv(value, dtype):
+    state = {name: t.clone() for name, t in tiny().state_dict().items()}
+    state[qkv(state)] = state[qkv(state)].to(dtype)
+    state[qkv(state)][0, :3] = value
+    return state
+
+
+@pytest.mark.parametrize("name", ["w.safetensors", "w.pt"])
+@pytest.mark.parametrize(
+    "value, dtype, said",
+    [
+        (float("inf"), torch.float16, r"values that are not finite \(3 inf of its 768 torch.float16 values\)"),
+        (float("-inf"), torch.bfloat16, r"values that are not finite \(3 -inf of its 768 torch.bfloat16 values\)"),
+        (float("nan"), torch.float32, r"values that are not finite \(3 NaN of its 768 torch.float32 values\)"),
+        (torch.finfo(torch.bfloat16).max, torch.bfloat16, r"3.39e\+38 \(beyond \+-1e\+06, torch.bfloat16's largest"),
+        (2e38, torch.float64, r"2e\+38 \(beyond \+-1e\+06\)"),
+    ],
+)
+def test_values_beyond_the_rule_are_named_as_the_file_holds_them(tmp_path, name, value, dtype, said):
+    path = saved(with_qkv(value, dtype), tmp_path / name)
+    with pytest.raises(ValueError, match=rf"{path.name}: blocks.0.attn.qkv.weight holds {said}"):
+        load_weights(tiny(), path)
+
+
+@pytest.mark.parametrize("name", ["w.safetensors", "w.pt"])
+def test_odd_dtypes_read_alike_in_every_format(tmp_path, name):
+    with pytest.raises(ValueError, match=r"qkv.weight is complex \(torch.complex64\): not weights to train from"):
+        load_weights(tiny(), saved(with_qkv(0, torch.complex64), tmp_path / f"c{name}"))
+    load_weights(tiny(), saved(with_qkv(0.5, torch.float8_e4m3fn), tmp_path / f"f8{name}"))  # .pt's float8 loads
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.uint8])
+def test_a_teacher_whose_weights_are_not_floating_is_refused(tmp_path, dtype):
+    path = saved(with_qkv(1, dtype), tmp_path / "w.safetensors")
+    with pytest.raises(ValueError, match=rf"w.safetensors: blocks.0.attn.qkv.weight is {dtype}, where a layer's"):
+        load_teacher(path)

@@ -194,7 +194,7 @@ def load_init(path: str | Path) -> tuple[nn.Module, dict[str, Any]]:
     wrong = misfits(shape, header)
     if wrong:
         raise ValueError(f"{path}: its weights do not fit the model its record builds ({wrong})")
-    state, _ = read_weights(path, str(path))
+    state, _ = read_weights(path)
     check_weights(str(path), state, shape, saved)
     kwargs = dict(kwargs)
     classes, channels = kwargs.pop("num_classes", 1000), kwargs.pop("in_chans", 3)  # timm's defaults
@@ -208,7 +208,7 @@ def load_weights(model: nn.Module, path: str | Path) -> str:
     checkpoint of timm's or structinit's holding one) and return their sha256. They are checked as
     weights_in says (a saved init's digest included); a ValueError names the fault, the model unchanged."""
     path = Path(path)
-    state, metadata = read_weights(path, str(path), unwrap(model))
+    state, metadata = read_weights(path, model=unwrap(model))
     saved = saved_sha256(path, decoded(path, metadata)) if metadata else None
     digest = check_weights(str(path), state, unwrap(model), saved) or weights_sha256(state)
     unwrap(model).load_state_dict(state)

@@ -287,5 +287,5 @@ def weights_sha256(state: dict[str, torch.Tensor]) -> str:
     for name, tensor in sorted(state.items()):
         tensor = tensor.detach().cpu().contiguous()
         digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)};".encode())
-        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy())  # its buffer, not a copy of the tensor
     return digest.hexdigest()

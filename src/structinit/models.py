@@ -3,7 +3,9 @@ builds a model again (`constructor`), which a saved init records."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import inspect
 import math
 import random
@@ -18,10 +20,12 @@ from timm.models.convmixer import ConvMixer
 from timm.models.mlp_mixer import MlpMixer
 from torch import nn
 
+from . import memory
 from .errors import RunError, first_line
 from .inits.api import initialize
 from .inits.labels import DEFAULT, InitSpec
-from .memory import allocations_checked
+from .inits.registry import family_of
+from .memory import allocations_checked, check_fits, estimated_bytes, init_work, model_bytes
 from .report import Report
 from .seeds import check_seed
 
@@ -118,14 +122,22 @@ def create_model(
     `pos_embed="sincos"` gives a ViT a fixed (frozen) 2-D sin-cos position table, which every init
     leaves as it is."""
     return _create(
-        name, num_classes=num_classes, in_chans=in_chans, data_size=data_size, drop_path=drop_path, **kwargs
+        name, None, num_classes=num_classes, in_chans=in_chans, data_size=data_size, drop_path=drop_path, **kwargs
     )[0]
 
 
 def _create(
-    name: str, *, num_classes: int, in_chans: int, data_size: int | None, drop_path: float = 0.0, **kwargs: Any
+    name: str,
+    spec: InitSpec | None,
+    *,
+    num_classes: int,
+    in_chans: int,
+    data_size: int | None,
+    drop_path: float = 0.0,
+    **kwargs: Any,
 ) -> tuple[nn.Module, dict[str, Any]]:
-    """create_model, and the model's constructor (see `constructor`)."""
+    """create_model, and the model's constructor (see `constructor`); refused first where the model, and
+    the init `spec` that will run on it, need more memory than this process can have (`check_room`)."""
     check_model_kwargs(kwargs)
     arch, preset_kwargs = PRESETS.get(name, (name, {}))
     options = {**preset_kwargs, **kwargs, "num_classes": num_classes, "in_chans": in_chans}
@@ -146,10 +158,10 @@ def _create(
     sincos = options.get("pos_embed") == "sincos" and not callable(arch)
     if sincos:
         options["pos_embed"] = "learn"
+    described = _described(name, num_classes, kwargs)
+    estimated = check_room(arch, options, spec, described)
     try:
-        with allocations_checked(
-            _described(name, num_classes, kwargs), "give a smaller model (fewer classes, width or depth)"
-        ):
+        with contextlib.nullcontext() if estimated else allocations_checked(described, SMALLER):
             model = arch(**options) if callable(arch) else timm.create_model(arch, **options)
     except RunError:
         raise
@@ -164,6 +176,48 @@ def _create(
     built = constructor(model, asked, preset=name if name in PRESETS else None)
     model._structinit_constructor = built  # save_init's record of a model built here without a report
     return model, built
+
+
+SMALLER = "give a smaller model (fewer classes, width or depth)"
+SMALLER_FOR_INIT = "give a smaller model (fewer classes, width, depth, heads or tokens)"
+
+
+def check_room(
+    arch: str | Callable[..., nn.Module], options: dict[str, Any], spec: InitSpec | None, described: str
+) -> bool:
+    """RunError (one line), before anything is allocated, where the model `arch` builds with `options` and
+    the init `spec` then needs more memory than this process can have: its parameters' and buffers' bytes
+    and the init's work, as `memory.estimated_bytes` reads them from sketches of it (a model of 10^5 blocks
+    in milliseconds, not minutes). Whether it could tell: a model it cannot sketch is counted as it is
+    built (`allocations_checked`). A model built on the meta device or a GPU takes none of the host's."""
+    room = memory.available_bytes()  # through the module: what a test sets there
+    if room is None or torch.get_default_device().type != "cpu":
+        return True
+    init = spec if spec is not None and not spec.is_default else None
+
+    def cost(model: nn.Module) -> int:
+        work = init_work(_attention_shapes(model), init.method, init.options.get("solver")) if init else 0
+        return model_bytes(model) + work
+
+    build = arch if callable(arch) else functools.partial(timm.create_model, arch)
+    need = estimated_bytes(build, options, cost, room)
+    if need is None:
+        return False
+    what, fix = (f"{described} and its {init.method} init", SMALLER_FOR_INIT) if init else (described, SMALLER)
+    check_fits(need, what, fix)
+    return True
+
+
+def _attention_shapes(model: nn.Module) -> list[tuple[int, int, int]]:
+    """(heads, tokens, width) of each attention layer of `model`, as its adapter reads them; none in a
+    family without attention maps (ConvMixer, MLP-Mixer)."""
+    try:
+        adapter = family_of(model)[1]
+        layers = adapter.layers()
+    except (TypeError, AttributeError):
+        return []
+    tokens = math.prod(adapter.grid) + getattr(adapter, "num_prefix_tokens", 0)
+    return [(layer.num_heads, tokens, layer.qk_weights()[0].shape[1]) for layer in layers]
 
 
 def _described(name: str, num_classes: int, kwargs: dict[str, Any]) -> str:
@@ -257,7 +311,7 @@ def build_model(
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-    model, built = _create(name, num_classes=num_classes, in_chans=in_chans, data_size=data_size, **kwargs)
+    model, built = _create(name, spec, num_classes=num_classes, in_chans=in_chans, data_size=data_size, **kwargs)
     if spec.is_default:
         return model, Report(DEFAULT, type(model).__name__, [], seed=seed, constructor=built)
     options = dict(spec.options)
