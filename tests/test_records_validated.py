@@ -5,6 +5,7 @@ file and the field, never a traceback nor a value printed as fact, and a refusal
 
 import dataclasses
 import json
+import re
 import shutil
 import tracemalloc
 
@@ -13,12 +14,14 @@ import torch
 
 from structinit.cli import main
 from structinit.errors import RunError
+from structinit.experiment import RunResult
 from structinit.schema import json_lines
 from structinit.studies import ledger
 from structinit.studies.choose_plan import PLAN_FILE, check_same, read_plan
 from structinit.studies.results import collect
 from structinit.training import record
 from structinit.training.checkpoint import load_checkpoint
+from structinit.training.config_file import read_config
 from structinit.training.device import usable_cores
 from structinit.training.record import MetricsLog
 
@@ -310,3 +313,121 @@ def test_a_ledger_row_is_read_against_its_schema(tmp_path, edit, message):
     with pytest.raises(SystemExit) as refused:
         ledger.read_ledger(path)
     assert f"{path} {message}" in str(refused.value)
+
+
+# --- what run_files reads of config.yaml, a grid's init options, init_report.json through Python -----------------
+
+
+def unfinished(grid):
+    """The grid's run as a run of its own directory left it stopped before its first checkpoint."""
+    run = run_of(grid)
+    for name in ("last.pt", "prev.pt", "summary.json", "metrics.jsonl"):
+        (run / name).unlink()
+    config = (run / "config.yaml").read_text()
+    (run / "config.yaml").write_text(re.sub(r"(?m)^out: .*$", f"out: {run}", config))
+    return run
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("snapshot_epochs: 5", "its 'snapshot_epochs' is 5, not a list of epochs"),
+        ("snapshot_epochs: [-1]", "its 'snapshot_epochs[0]' is -1, not an integer >= 0"),
+        ("log: tensorboard", "its 'log' is \"tensorboard\", not a list of loggers"),
+    ],
+    ids=["a scalar for the epochs", "a negative epoch", "a name for the loggers"],
+)
+def test_a_fresh_run_refuses_a_config_whose_files_record_is_edited_and_deletes_nothing(grid, capsys, setting, message):
+    """A fresh run clears what the unfinished run of its directory wrote, by config.yaml's record of it: an edited
+    record is named, not a TypeError, nor files left out of (or into) what is deleted."""
+    run = unfinished(grid)
+    name = setting.split(":")[0]
+    config = (run / "config.yaml").read_text()
+    (run / "config.yaml").write_text(re.sub(rf"(?m)^{name}: .*$", setting, config))
+    before = files(run)
+    assert main(["train", *SMALL, "--epochs", "2", "--out", str(run)]) == 2
+    one_line(capsys, f"structinit train: error: {run / 'config.yaml'} is damaged ({message}): restore it")
+    assert files(run) == before
+
+
+@pytest.fixture(scope="module")
+def mimetic_grid(tmp_path_factory):
+    """A finished grid of one 1-epoch mimetic run: an init with options, which a grid checks again."""
+    grid = tmp_path_factory.mktemp("mimetic") / "g"
+    argv = ["compare", *SMALL, "--inits", "mimetic", "--seeds", "0", "--epochs", "1", "--out", str(grid)]
+    assert main(argv) == 0
+    return argv[:-1], grid
+
+
+@pytest.mark.parametrize(
+    ("options", "rerun", "message"),
+    [
+        ({"qk_alpha": float("nan")}, [], "its 'options.qk_alpha' is NaN, not text, a finite number, true, false, null"),
+        ({"qk_alpha": float("nan")}, ["--rerun"], "its 'options.qk_alpha' is NaN, not text, a finite number"),
+        ({"qk_alpha": "0.7"}, [], "its 'options.qk_alpha' is not of the option's type: option qk_alpha of the mimetic"),
+        ({"distribution": {"uniform": 1}}, [], "its 'options.distribution' is {\"uniform\": 1}, not text, a finite"),
+        ({"kernel_size": -3}, [], "its 'options.kernel_size' is -3, not an integer >= 1"),
+        ([0.7], [], "its 'options' is [0.7], not a mapping of options"),
+    ],
+    ids=["NaN", "NaN, --rerun", "text for a number", "a mapping for a name", "a negative kernel", "a list"],
+)
+def test_a_grid_refuses_an_init_report_whose_options_are_edited(
+    mimetic_grid, tmp_path, capsys, options, rerun, message
+):
+    """Not taken for a change of the init's defaults (which --rerun trains again, deleting the run): damage."""
+    argv, finished = mimetic_grid
+    grid = tmp_path / "g"
+    shutil.copytree(finished, grid)
+    path = grid / "per_class_5" / "mimetic-seed0" / "init_report.json"
+    report = json.loads(path.read_text())
+    report["options"] = {**report["options"], **options} if isinstance(options, dict) else options
+    path.write_text(json.dumps(report))
+    before = files(grid)
+    capsys.readouterr()
+    assert main([*argv, str(grid), *rerun]) == 2
+    one_line(capsys, f"structinit compare: error: {path} is damaged ({message}", "): delete it")
+    assert files(grid) == before
+
+
+def run_result(run):
+    config = dataclasses.replace(read_config(run / "config.yaml"), out=str(run))
+    return RunResult(config, json.loads((run / "summary.json").read_text()))
+
+
+def test_run_init_report_is_the_runs_record(grid):
+    run = run_of(grid)
+    assert run_result(run).init_report == json.loads((run / "init_report.json").read_text())
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            lambda report: report["layers"][0]["heads"][0].update(fidelity=float("nan")),
+            "its 'layers[0].heads[0].fidelity' is NaN, not a number in [0, 1] or null",
+        ),
+        (lambda report: report.update(layers={"0": []}), "its 'layers' is {\"0\": []}, not a list"),
+        (
+            lambda report: report["layers"][0]["heads"][1].update(offset=1),
+            "its 'layers[0].heads[1].offset' is 1, not [dy, dx] or null",
+        ),
+        (lambda report: report.update(seed=-1), "its 'seed' is -1, not an integer >= 0 or null"),
+        (lambda report: report.update(options=[3]), "its 'options' is [3], not a mapping of options"),
+        (
+            lambda report: report.update(mean_fidelity=0.99),
+            "its 'mean_fidelity' and 'min_fidelity' are not those of its layers' heads",
+        ),
+    ],
+    ids=["NaN", "a mapping for the layers", "a scalar for an offset", "a negative seed", "a list", "a mean edited"],
+)
+def test_run_init_report_refuses_an_edited_field_naming_it(grid, edit, message):
+    """Python's `RunResult.init_report` returns no edited value as the init's."""
+    path = run_of(grid) / "init_report.json"
+    report = json.loads(path.read_text())
+    edit(report)
+    path.write_text(json.dumps(report))
+    before, result = files(grid), run_result(run_of(grid))
+    with pytest.raises(RunError) as refused:
+        result.init_report  # noqa: B018 (the property reads the file)
+    assert str(refused.value).startswith(f"{path} is damaged ({message}): train the run again")
+    assert "\n" not in str(refused.value) and files(grid) == before

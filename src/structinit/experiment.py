@@ -10,9 +10,50 @@ from pathlib import Path
 from typing import Any
 
 from .files import read_json_object
+from .schema import Field, Schema, check, integer, listing, mapping, number, text
 from .studies import grid
+from .studies.grid_checks import RECORDED_OPTIONS
 from .training import run
 from .training.settings import TrainConfig
+
+REPORT_FIX = "train the run again: its start writes it"
+
+
+def _fidelities_of_its_heads(report: dict[str, Any]) -> str | None:
+    """Its mean and worst fidelity are those of its heads' (Report.mean_fidelity, min_fidelity)."""
+    values = [h["fidelity"] for layer in report["layers"] for h in layer["heads"] if h["fidelity"] is not None]
+    mean, worst = (sum(values) / len(values), min(values)) if values else (None, None)
+    if (report["mean_fidelity"], report["min_fidelity"]) != (mean, worst):
+        return "its 'mean_fidelity' and 'min_fidelity' are not those of its layers' heads"
+    return None
+
+
+FIDELITY = number(0, 1, null=True)
+STEPS = Field("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool))  # an offset's, up or down
+OFFSET = Field("[dy, dx] or null", lambda v: v is None or (isinstance(v, list) and len(v) == 2), items=STEPS)
+HEAD = Schema({"offset": OFFSET, "fidelity": FIDELITY})
+LAYER = Schema({"index": integer(0), "seconds": number(0), "heads": listing(mapping(HEAD), at_least=1)})
+# a run's init_report.json: Report.to_dict (an older one lacks its `unit`) and the lines the run's start printed
+INIT_REPORT = Schema(
+    {
+        **RECORDED_OPTIONS.fields,
+        "model": text(),
+        "seed": integer(0, null=True),
+        "source": mapping(Schema({}, patterns={r".+": text()}), optional=True),
+        "constructor": mapping(optional=True),
+        "measured_on": text(),
+        "unit": text(optional=True),
+        "mean_fidelity": FIDELITY,
+        "min_fidelity": FIDELITY,
+        "on_images": mapping(
+            Schema({"images": integer(1), **dict.fromkeys(("mean", "min", "uniform"), number(0, 1))}), optional=True
+        ),
+        "seconds": number(0),
+        "layers": listing(mapping(LAYER)),
+        "startup": listing(text(), optional=True),
+    },
+    rules=(*RECORDED_OPTIONS.rules, _fidelities_of_its_heads),
+)
 
 
 @dataclass(frozen=True)
@@ -45,8 +86,10 @@ class RunResult:
 
     @property
     def init_report(self) -> dict[str, Any]:
-        """What the init did, per layer and head (init_report.json: `structinit.Report.to_dict`)."""
-        return read_json_object(self.out / "init_report.json", "train the run again: its start writes it")
+        """What the init did, per layer and head (init_report.json: `structinit.Report.to_dict`), checked against
+        its schema: RunError naming the file and the first damaged field."""
+        path = self.out / "init_report.json"
+        return check(read_json_object(path, REPORT_FIX), INIT_REPORT, str(path), REPORT_FIX)
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+from ..errors import first_line
 from ..files import read_json_object, refuse_link
+from ..inits.labels import KERNEL_SIZE
+from ..schema import Field, Schema, check, integer, mapping, text
 from ..training.config_file import read_config
 from ..training.identity import identity
 from ..training.lock import RunLock
@@ -21,6 +26,52 @@ from ..training.settings import TrainConfig
 from .results import REPORT_FIX
 
 RESULT_FILES = ("results.csv", "results.md", "curves.png", "summary.png")
+
+
+def _option_value(value: Any) -> bool:
+    """A value an options class records (inits/options.py): text, a finite number, a flag, None, or names."""
+    if isinstance(value, list):
+        return all(isinstance(item, str) for item in value)
+    return value is None or isinstance(value, (str, int)) or (isinstance(value, float) and math.isfinite(value))
+
+
+def _options_its_method_takes(report: dict[str, Any]) -> str | None:
+    """Each recorded option of a type its method takes, in the options class `registry.options_then_and_now`
+    reads it by (the smallest holding every recorded name). A value out of today's range or choices is not
+    damage: an older structinit took it, and the grid names it as the init's change."""
+    from ..inits.registry import option_classes
+
+    method, recorded = report["method"], report.get("options", {})
+    names = set(recorded) - {KERNEL_SIZE}
+    holding = [cls for cls in option_classes(method) if names <= {f.name for f in dataclasses.fields(cls)}]
+    if not holding:
+        return None  # options of no class of the method: the grid finds no change of them
+    taken = min(holding, key=lambda cls: len(dataclasses.fields(cls)))
+    for name in sorted(names):
+        try:
+            taken.build(method, {name: recorded[name]})
+        except TypeError as error:
+            return f"its 'options.{name}' is not of the option's type: {first_line(error)}"
+        except ValueError:  # out of today's range or choices (or beside another option's default)
+            continue
+    return None
+
+
+# what a grid reads of a run's init report (Report.to_dict): its method and the options it resolved to
+RECORDED_OPTIONS = Schema(
+    {
+        "method": text(what="an init method"),
+        "options": mapping(
+            Schema(
+                {KERNEL_SIZE: integer(1, optional=True)},
+                patterns={r".+": Field("text, a finite number, true, false, null or a list of text", _option_value)},
+            ),
+            optional=True,
+            what="a mapping of options",
+        ),
+    },
+    rules=(_options_its_method_takes,),
+)
 
 
 def check_grid_directory(out: Path) -> None:
@@ -174,9 +225,7 @@ def _changed_init_options(config: TrainConfig) -> str:
     spec = config.init_spec
     if spec.is_default or not report.exists():
         return ""
-    recorded = read_json_object(report, REPORT_FIX).get("options", {})
-    if not isinstance(recorded, dict):
-        raise RunError(f"{report} is damaged (its options are not a mapping): {REPORT_FIX}")
+    recorded = check(read_json_object(report, REPORT_FIX), RECORDED_OPTIONS, str(report), REPORT_FIX).get("options", {})
     given = {**spec.options, **({"teacher": config.teacher} if spec.method == "select" and config.teacher else {})}
     then, now = options_then_and_now(spec.method, given, recorded) or ({}, {})
     differ = [f"{k}={then[k]!r} (now {v!r})" for k, v in now.items() if then[k] != v]

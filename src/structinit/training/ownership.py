@@ -30,6 +30,7 @@ from typing import Any
 
 from ..errors import RunError
 from ..files import refuse_link, remove_empty_folders, remove_temporaries
+from ..schema import Schema, check, integer, listing, text
 from .provenance import ENVIRONMENT
 from .record import MetricsLog
 from .settings_yaml import SettingsError, load_yaml, read_settings_text
@@ -39,6 +40,14 @@ RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.json", "last.pt", "prev.pt
 RESULTS = ("last.pt", "prev.pt", "summary.json", "metrics.jsonl")
 SNAPSHOT = re.compile(r"^epoch_\d{4}\.pt$")
 TENSORBOARD = re.compile(r"^events\.out\.tfevents\.")
+# what run_files reads of config.yaml: the epochs the run kept weights after (0: at init), the loggers it wrote through
+FILES_RECORD = Schema(
+    {
+        "snapshot_epochs": listing(integer(0), optional=True, what="a list of epochs"),
+        "log": listing(text(what="a logger's name"), optional=True, what="a list of loggers"),
+    }
+)
+CONFIG_FIX = "restore it, or give another --out (the files stay as they are)"
 
 
 def written_by_a_run(path: Path, out: Path | None = None) -> bool:
@@ -133,17 +142,19 @@ def owned_files(out: Path) -> list[Path]:
 def run_files(out: Path) -> list[Path]:
     """The files in `out` its run wrote, by its record (config.yaml, and the settings its resumes
     changed): RUN_FILES, snapshots at the epochs it kept, TensorBoard events if it logged there;
-    none without a config.yaml of a run of this directory."""
-    if not written_by_a_run(out / "config.yaml", out):
+    none without a config.yaml of a run of this directory. RunError where what it reads of config.yaml
+    is not what a run writes (FILES_RECORD), before anything is deleted."""
+    config = out / "config.yaml"
+    if not written_by_a_run(config, out):
         return []  # no record of a run of this directory: nothing here is its
-    settings = [load_yaml(read_settings_text(out / "config.yaml"))]
+    settings = [check(load_yaml(read_settings_text(config)), FILES_RECORD, str(config), CONFIG_FIX)]
     try:
         events = [r for r in MetricsLog(out).records() if r.get("event") == "resume"]
     except RunError:  # a damaged log accounts for nothing more
         events = []
     settings += [{k: v[0] for k, v in e.get("changed", {}).items()} for e in events]
-    epochs = {e for s in settings for e in s.get("snapshot_epochs") or [] if isinstance(e, int)}
-    loggers = {name for s in settings for name in s.get("log") or []}
+    epochs = {e for s in settings for e in s.get("snapshot_epochs", [])}  # a resume's checked as a setting's
+    loggers = {name for s in settings for name in s.get("log", [])}
     names = [name for name in RUN_FILES if name != "wandb_id" or "wandb" in loggers]
     found = [out / name for name in names] + [snapshot_path(out, epoch) for epoch in sorted(epochs)]
     if "tensorboard" in loggers and (out / "tensorboard").is_dir():
