@@ -30,7 +30,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from structinit.files import no_follow
+from structinit.files import no_follow, read_json_object, refuse_link, refuse_replacing
+from structinit.studies.ledger import one_line_refusals
 
 ROOT = Path(__file__).resolve().parent.parent
 SETS = {
@@ -45,28 +46,33 @@ LATE_SECONDS = 60
 
 
 def photo_folder(name: str, root: Path, seed: int = 0) -> Path:
-    """The folder `name` of SETS under `root`, made once."""
+    """The folder `name` of SETS under `root`, made once: built whole in a new hidden folder beside it, then
+    renamed into place, so that an interrupted build leaves no half-made set to be taken for the whole."""
     import skimage.data
 
     sources, train, test = SETS[name]
     folder = root / name
+    refuse_link(folder)
     if folder.is_dir():
         return folder
     rng = np.random.default_rng(seed)
     where = Path(os.path.dirname(skimage.data.__file__))
-    for source in sources:
-        photo = Image.open(where / source).convert("RGB")
-        width, height = photo.size
-        for split, count in (("train", train), ("test", test)):
-            (folder / split / Path(source).stem).mkdir(parents=True, exist_ok=True)
-            for i in range(count):
-                side = int(rng.integers(min(width, height) // 4, min(width, height) // 2 + 1))
-                x, y = int(rng.integers(0, width - side + 1)), int(rng.integers(0, height - side + 1))
-                size = int(rng.integers(96, 129))
-                crop = photo.crop((x, y, x + side, y + side)).resize((size, size), Image.BICUBIC)
-                if rng.random() < 0.5:
-                    crop = crop.transpose(Image.FLIP_LEFT_RIGHT)
-                crop.save(folder / split / Path(source).stem / f"{i:03d}.jpg", quality=90)
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=root, prefix=f".{name}.") as scratch:
+        for source in sources:
+            photo = Image.open(where / source).convert("RGB")
+            width, height = photo.size
+            for split, count in (("train", train), ("test", test)):
+                (Path(scratch, name) / split / Path(source).stem).mkdir(parents=True)
+                for i in range(count):
+                    side = int(rng.integers(min(width, height) // 4, min(width, height) // 2 + 1))
+                    x, y = int(rng.integers(0, width - side + 1)), int(rng.integers(0, height - side + 1))
+                    size = int(rng.integers(96, 129))
+                    crop = photo.crop((x, y, x + side, y + side)).resize((size, size), Image.BICUBIC)
+                    if rng.random() < 0.5:
+                        crop = crop.transpose(Image.FLIP_LEFT_RIGHT)
+                    crop.save(Path(scratch, name) / split / Path(source).stem / f"{i:03d}.jpg", quality=90)
+        os.rename(Path(scratch, name), folder)  # refused where a folder appeared meanwhile
     return folder
 
 
@@ -88,7 +94,8 @@ def run_row(row: str, minutes: float, data: Path, out: Path, extra: list[str]) -
         if busy is not None:
             busy.kill()
     text = done.stdout + done.stderr
-    plan = json.loads((out / row / "choose.json").read_text()) if (out / row / "choose.json").exists() else {}
+    plan_file = out / row / "choose.json"
+    plan = read_json_object(plan_file, "run the row again with a new --out") if plan_file.exists() else {}
     reached = re.search(r"epoch (\d+) of (\d+) \((\d+) steps", text)
     verdict = re.search(r"^(verdict: .*|structinit choose: error: .*)$", text, re.M)
     return {
@@ -110,6 +117,7 @@ def run_row(row: str, minutes: float, data: Path, out: Path, extra: list[str]) -
     }
 
 
+@one_line_refusals("bench_choose.py")
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=5.0)
@@ -130,6 +138,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if args.smoke:
         args.rows, args.minutes = ["textures-fit-idle"], 1.2
         extra = ["--model-kwargs", "depth=1,embed_dim=32,num_heads=2", "--seeds", "0,1"]
+    refuse_replacing(args.ledger)  # before the rows run: appended to, never through a link
     out = args.out or Path(tempfile.mkdtemp(prefix="bench_choose-"))
     args.ledger.parent.mkdir(parents=True, exist_ok=True)
     rows = []

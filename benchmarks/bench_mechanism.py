@@ -35,7 +35,7 @@ at 224 px (64 test images upsampled): the weights' size and the gradient the fir
 from __future__ import annotations
 
 import argparse
-import json
+import math
 import platform
 import sys
 from pathlib import Path
@@ -47,13 +47,17 @@ import structinit
 from structinit.adapters import get_adapter
 from structinit.data.batches import normalise_for, normalised_test_images
 from structinit.data.datasets import load_data
+from structinit.errors import RunError
+from structinit.files import read_json_object
 from structinit.inits.labels import BUNDLE
 from structinit.inspection.rank import feature_ranks
 from structinit.measure import attention_entropy, layer_inputs
 from structinit.offsets import offset_mass
-from structinit.studies.ledger import write_generated_section
+from structinit.schema import Field, Schema, check, integer, listing, mapping
+from structinit.studies.ledger import check_outputs, one_line_refusals, write_generated_section
 from structinit.training import TrainConfig, read_config
 from structinit.training.recipe import model_of
+from structinit.weights_in import check_weights, read_weights
 
 DATA = "cifar10:../shared/datasets/cifar10"
 INITS = [
@@ -213,11 +217,30 @@ def snapshot_measures(model: nn.Module, images: torch.Tensor, offsets: list[list
     }
 
 
+OFFSET = Field("[row, column]", lambda v: isinstance(v, list) and len(v) == 2 and all(map(integer(-math.inf).test, v)))
+HEAD = mapping(Schema({"offset": OFFSET}))
+REPORT_LAYERS = Schema({"layers": listing(mapping(Schema({"heads": listing(HEAD, at_least=1)})), at_least=1)})
+REPORT_FIX = "restore it, or train the run again (its start writes it)"
+
+
 def assigned_offsets(run: Path) -> list[list[tuple[int, int]]]:
     """Per layer, the offsets of the heads of `run`, from its own init record (a rebuild by other
-    code, e.g. one that draws the position embedding differently, may assign others)."""
-    layers = json.loads((run / "init_report.json").read_text())["layers"]
+    code, e.g. one that draws the position embedding differently, may assign others), read within bounds
+    and checked: one line (RunError) where it is damaged."""
+    path = run / "init_report.json"
+    layers = check(read_json_object(path, REPORT_FIX), REPORT_LAYERS, str(path), REPORT_FIX)["layers"]
     return [[tuple(head["offset"]) for head in layer["heads"]] for layer in layers]
+
+
+def snapshot_weights(snapshot: Path, model: nn.Module) -> dict[str, torch.Tensor]:
+    """A weight snapshot, read and checked against `model` as every weights entering structinit are (weights_in:
+    no code unpickled): one line (RunError) where it is damaged or not the model's."""
+    try:
+        state, _ = read_weights(snapshot, "snapshot")
+        check_weights(f"snapshot {snapshot}", state, model)
+    except ValueError as error:
+        raise RunError(f"{error}: train the run again to keep its snapshots") from None
+    return state
 
 
 TRAINING_EPOCHS = (0, 10, 40)  # the snapshots the table shows, with each run's last
@@ -237,6 +260,7 @@ def training_part(runs: Path, docs: Path, held_out: int = 26) -> None:
         raise SystemExit(
             f"no weight snapshots under {runs}/*/per_class_*/*-seed0: docs/studies/convergence.md is left as it is"
         )
+    check_outputs(docs, [Path("studies", "convergence.md")])
     lines, datasets = [header], {}
     for folder in folders:
         run = folder.parent
@@ -253,7 +277,7 @@ def training_part(runs: Path, docs: Path, held_out: int = 26) -> None:
         for snapshot in snapshots:
             if int(snapshot.stem.split("_")[1]) not in TRAINING_EPOCHS and snapshot != snapshots[-1]:
                 continue
-            model.load_state_dict(torch.load(snapshot, map_location="cpu", weights_only=True))
+            model.load_state_dict(snapshot_weights(snapshot, model))
             model.eval()
             m = snapshot_measures(model, images, offsets)
             on_target = f"{m['on_target_l0']:.2f} / {m['on_target']:.2f}" if offsets else "-"
@@ -271,6 +295,7 @@ def training_part(runs: Path, docs: Path, held_out: int = 26) -> None:
     write_generated_section(page, body, "benchmarks/bench_mechanism.py --part training", "mechanism")
 
 
+@one_line_refusals("bench_mechanism.py")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--part", choices=[*PARTS, "layers", "conditioning", "training"], default="study")

@@ -18,18 +18,22 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 
 from structinit.cli.model_flags import PRESET_DATA
+from structinit.errors import RunError
+from structinit.files import atomic_write, read_json_object
 from structinit.inits.labels import BUNDLE
+from structinit.schema import Field, Schema, check, mapping, number
+from structinit.studies.ledger import one_line_refusals
 from structinit.training.provenance import device_name
 
 # (model, --model-kwargs, init label, seed): what `structinit init` writes for each is pinned
@@ -58,6 +62,21 @@ CASES = [
 # the nearest this machine has to another CPU (the default path on AVX-512 differs again)
 PATHS = {"default": {}, "MKL_CBWR=COMPATIBLE": {"MKL_CBWR": "COMPATIBLE"}, "MKL_CBWR=AVX2": {"MKL_CBWR": "AVX2"}}
 KINDS = ("tensors", "norms", "products", "factors")
+
+
+PINS_FIX = "give pins in the old format: {case: {tensor: [shape, [sum, sum of squares, signed sum]]}} of every case"
+
+
+SUM = number(-math.inf)  # any finite number
+
+
+def _is_pin(value: object) -> bool:
+    """[shape, [three finite sums]]: a tensor's pin in the old format."""
+    sums = value[1] if isinstance(value, list) and len(value) == 2 else None
+    return isinstance(sums, list) and len(sums) == 3 and all(map(SUM.test, sums))
+
+
+PIN = Field("[shape, [sum, sum of squares, signed sum]]", _is_pin)
 
 
 def case_id(case: tuple) -> str:
@@ -136,13 +155,22 @@ def deviation(now: list, pinned: list) -> float:
     return max(abs(a - b) for a, b in zip(now[1], pinned[1])) / scale
 
 
+def read_pins(path: Path) -> dict[str, dict[str, list]]:
+    """--against's pins, read within files.read_json_object's bound and checked before any path runs: a pin of
+    every tensor of every case (PIN); one line (RunError) naming the file and what is wrong otherwise."""
+    pins = read_json_object(path, PINS_FIX)
+    cases = {case_id(case): mapping(Schema({}, patterns={".*": PIN})) for case in CASES}
+    return check(pins, Schema(cases), str(path), PINS_FIX)
+
+
 def emit(keep: Path) -> None:
     """Each case's fingerprint as JSON on stdout; its weights kept in `keep` for a bit-by-bit comparison."""
     prints = {}
     with tempfile.TemporaryDirectory() as folder, contextlib.redirect_stdout(sys.stderr):
         for i, case in enumerate(CASES):
             state = written_weights(case, Path(folder))
-            save_file(state, keep / f"{i}.safetensors")
+            data = save(state)
+            atomic_write(keep / f"{i}.safetensors", lambda f, data=data: f.write(data))
             prints[case_id(case)] = fingerprint(case, state)
     json.dump(prints, sys.stdout)
 
@@ -158,7 +186,18 @@ def differing_bits(folder: Path, reference: Path) -> str:
 
 
 def table(against: Path | None) -> None:
-    runs, root = {}, Path(tempfile.mkdtemp())
+    old = read_pins(against) if against is not None else None  # a damaged file: one line before minutes of work
+    with tempfile.TemporaryDirectory() as scratch:
+        runs = paths_table(Path(scratch))
+    if old is not None:
+        row = against_old(old, runs["default"], against)
+        print(f"| {against.name} | " + " | ".join(row) + " | - |")
+
+
+def paths_table(root: Path) -> dict[str, dict]:
+    """Every pinned case written under every path, in its own process: the table of how far the paths differ
+    printed, their fingerprints returned by path."""
+    runs = {}
     for i, (path, env) in enumerate(PATHS.items()):
         (root / str(i)).mkdir()
         command = [sys.executable, __file__, "--emit", str(root / str(i))]
@@ -178,28 +217,40 @@ def table(against: Path | None) -> None:
         }
         bits = differing_bits(root / str(i), root / "0")
         print(f"| {path} | " + " | ".join(f"{worst[k]:.1e}" for k in KINDS) + f" | {bits} |")
-    if against is not None:
-        row = against_old(json.loads(against.read_text()), runs["default"])
-        print(f"| {against.name} | " + " | ".join(row) + " | - |")
-    shutil.rmtree(root)
+    return runs
 
 
-def against_old(old: dict[str, dict[str, list]], prints: dict[str, dict[str, dict[str, list]]]) -> list[str]:
+def against_old(
+    old: dict[str, dict[str, list]], prints: dict[str, dict[str, dict[str, list]]], source: Path
+) -> list[str]:
     """Per kind, the largest deviation of this machine's default path from pins in the old format, which
-    held every tensor's three sums (so no products): norms compare the sums of squares."""
+    held every tensor's three sums (so no products): norms compare the sums of squares. A tensor the pins
+    (read from `source`) lack is one line (RunError)."""
+
+    def pinned(case: str, name: str) -> list:
+        if name not in old[case]:
+            raise RunError(f"{source} has no pin of {case}'s {name}: {PINS_FIX}")
+        return old[case][name]
+
     worst = dict.fromkeys(KINDS, 0.0)
     for case, kinds in prints.items():
         for kind in ("tensors", "factors"):
             for name, now in kinds[kind].items():
-                worst[kind] = max(worst[kind], deviation(now, old[case][name]))
+                worst[kind] = max(worst[kind], deviation(now, pinned(case, name)))
         for name, now in kinds["norms"].items():
-            worst["norms"] = max(worst["norms"], deviation(now, [None, [old[case][name][1][1]]]))
+            worst["norms"] = max(worst["norms"], deviation(now, [None, [pinned(case, name)[1][1]]]))
     return [f"{worst[k]:.1e}" if k != "products" else "-" for k in KINDS]
 
 
-if __name__ == "__main__":
+@one_line_refusals("cross_cpu.py")
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--emit", type=Path, metavar="DIR", help="print this process's fingerprints, keep weights")
     parser.add_argument("--against", type=Path, help="pins another CPU wrote, in the old format")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     emit(args.emit) if args.emit else table(args.against)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

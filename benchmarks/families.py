@@ -19,14 +19,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from structinit.files import read_json_object
 from structinit.models import create_model
+from structinit.schema import Schema, check, number, text
 from structinit.studies.grid import compare, run_configs, run_dir
-from structinit.studies.ledger import write_generated_section
+from structinit.studies.ledger import check_outputs, one_line_refusals, write_generated_section
 from structinit.studies.results import collect
 from structinit.studies.tables import results_markdown
 from structinit.training import TrainConfig
@@ -72,12 +73,25 @@ def run_family(name: str, model: str, kwargs: dict[str, Any], data: str, out: Pa
     compare(base, inits, SEEDS[:1] if smoke else SEEDS, [8 if smoke else PER_CLASS], out / name, **pool)
 
 
+# what the fidelity table reads of a run's init_report.json, checked before use
+REPORT = Schema(
+    {
+        "measured_on": text(),
+        "unit": text(optional=True),
+        **dict.fromkeys(("mean_fidelity", "min_fidelity", "seconds"), number(0)),
+    }
+)
+REPORT_FIX = "restore it, or train the run again (its start writes it)"
+
+
 def fidelity_table(grid: Path, rows: list[dict[str, Any]]) -> str:
-    """Mean and worst fidelity of each init at step 0, as its first run's init report measured it."""
+    """Mean and worst fidelity of each init at step 0, as its first run's init report measured it (read within
+    bounds and checked: one line where it is damaged)."""
     lines = ["| init | measured on | mean fidelity | worst | init seconds |", "|---|---|---|---|---|"]
     for init in dict.fromkeys(r["init"] for r in rows):
         row = next(r for r in rows if r["init"] == init)
-        report = json.loads((run_dir(grid, row["per_class"], init, row["seed"]) / "init_report.json").read_text())
+        path = run_dir(grid, row["per_class"], init, row["seed"]) / "init_report.json"
+        report = check(read_json_object(path, REPORT_FIX), REPORT, str(path), REPORT_FIX)
         unit = report.get("unit", "head")
         lines.append(
             f"| {init} | {report['measured_on']} (per {unit}) | {report['mean_fidelity']:.3f} | "
@@ -109,6 +123,7 @@ def write_docs(out: Path, docs: Path, families: dict[str, tuple[str, dict[str, A
     )
 
 
+@one_line_refusals("families.py")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default="cifar10:../shared/datasets/cifar10", help="structinit --data spec")
@@ -124,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     docs = Path(args.docs) if args.docs else (out / "docs" if args.smoke else ROOT / "docs")
     full, smoke, inits, section = PARTS[args.part]
     families = smoke if args.smoke else full
+    check_outputs(docs, [Path("families.md"), *(Path("figures", f"curves-{name}.png") for name in families)])
     if args.part == "new-converge":  # every family's runs in one pool
         configs = [
             c for n, (m, k) in families.items() for c in converge_configs(n, m, k, args.data, out, args.smoke, inits)

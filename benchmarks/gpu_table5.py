@@ -43,8 +43,12 @@ from torch import nn
 
 from structinit.data.augment import BatchAugment
 from structinit.data.datasets import load_data
+from structinit.errors import RunError
+from structinit.files import atomic_write_text, no_follow, read_json_object
 from structinit.inits.labels import InitSpec, split_top_level
 from structinit.scale import head_qk_norms
+from structinit.schema import Bounds, Field, Schema, check, integer, json_lines, mapping, number, text
+from structinit.studies.ledger import check_outputs, one_line_refusals
 from structinit.training import TrainConfig
 from structinit.training.device import Dist, prefer_math_attention, resolve_amp, resolve_device
 from structinit.training.optimizer import create_optimizer, create_schedule
@@ -78,6 +82,19 @@ RECIPE = dict(
 )
 SMOKE = {**RECIPE, "epochs": 2, "batch_size": 20, "warmup_epochs": 0.5, "eval_every": 1}
 SMOKE_MODEL = {"depth": 1, "embed_dim": 32, "num_heads": 2}
+# what --collect reads of a run (its OUT): the summary's run-wide fields and each ledger line, checked before use
+RUN_FIX = "restore the run's files as this script wrote them (docs/table5: from git), or leave the run out"
+RUN_SUMMARY = Schema({"seed": integer(0), "device": text(), "precision": text(), "recipe": mapping()})
+LOSS = Field("a number", lambda value: isinstance(value, (int, float)) and not isinstance(value, bool))  # NaN too
+RUN_LINE = Schema(
+    {
+        "init": text(),
+        **dict.fromkeys(("epoch", "step"), integer(1)),
+        "train_loss": LOSS,
+        "test_top1": number(0, 100, optional=True),
+    }
+)
+RUN_LEDGER_BOUNDS = Bounds(line=1 << 16, lines=100_000, total=64 << 20)  # a line is ~200 bytes, an epoch an init
 
 
 class Member:
@@ -154,7 +171,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     images, labels = data.train_images.to(device), data.train_labels.to(device)
     test_images, test_labels = data.test_images.to(device), data.test_labels.to(device)
     ledger = out / "ledger.jsonl"
-    ledger.write_text("")
+    atomic_write_text(ledger, "")
     generator = torch.Generator().manual_seed(args.seed)
     started = time.perf_counter()
     epoch = 0
@@ -174,7 +191,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if epoch == 0 and args.minutes:
             recipe = fit_epochs(recipe, members, args.minutes * 60, time.perf_counter() - started, steps)
         due = (epoch + 1) % recipe.eval_every == 0 or epoch + 1 == recipe.epochs
-        with open(ledger, "a") as f:
+        with open(ledger, "a", opener=no_follow) as f:
             for m in members:
                 line = {
                     "init": m.init,
@@ -248,7 +265,7 @@ def write_summary(members, recipe: TrainConfig, data, device, amp, out: Path, se
         "fidelity": {m.init: round(m.report.mean_fidelity, 4) for m in members if m.report.mean_fidelity is not None},
         "qk_norm": {m.init: round(m.qk_norm, 3) for m in members},
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
     return summary
 
 
@@ -275,12 +292,14 @@ def read_run(run: Path) -> list[dict[str, Any]]:
     test top-1, epochs, steps, the test and loss curves."""
     if not (run / "summary.json").is_file() or not (run / "ledger.jsonl").is_file():
         raise SystemExit(f"--collect: {run} has no summary.json and ledger.jsonl (not an OUT of this script)")
-    summary = json.loads((run / "summary.json").read_text())
-    lines = [json.loads(line) for line in (run / "ledger.jsonl").read_text().splitlines()]
+    summary = check(read_json_object(run / "summary.json", RUN_FIX), RUN_SUMMARY, f"{run}/summary.json", RUN_FIX)
+    lines = run_ledger(run / "ledger.jsonl")
     rows = []
     for init in dict.fromkeys(line["init"] for line in lines):
         mine = [line for line in lines if line["init"] == init]
         curve = [(x["epoch"], x["test_top1"]) for x in mine if "test_top1" in x]
+        if not curve:
+            raise RunError(f"{run}/ledger.jsonl holds no evaluated epoch of {init}: {RUN_FIX}")
         rows.append(
             {
                 "init": init,
@@ -299,12 +318,27 @@ def read_run(run: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def run_ledger(path: Path) -> list[dict[str, Any]]:
+    """A run's ledger.jsonl, its lines read within RUN_LEDGER_BOUNDS and each checked (RUN_LINE): one line
+    (RunError) naming the file and the line where one is damaged."""
+    lines = []
+    for at, line in json_lines(path, RUN_LEDGER_BOUNDS, RUN_FIX):
+        if line.strip():
+            try:
+                record = json.loads(line)
+            except (ValueError, RecursionError):  # not JSON, not UTF-8 text, nested too deep to read
+                raise RunError(f"{path} line {at} is damaged (not JSON): {RUN_FIX}") from None
+            lines.append(check(record, RUN_LINE, f"{path} line {at}", RUN_FIX))
+    return lines
+
+
 def collect(runs: list[Path], out: Path) -> str:
     """Joins runs of the cell (each an OUT of this script, same recipe) into OUT/curves.png and OUT/table.md:
     per init, the last epoch's test top-1 as mean +- std over its seeds. An (init, seed) met again in a
     later run is a repeat: listed with both devices, not averaged."""
     from structinit.studies.plots import plot_curves
 
+    check_outputs(out, ["table.md", "curves.png"])
     rows, repeats, recipes = {}, [], {}
     for run in runs:
         for row in read_run(run):
@@ -338,10 +372,11 @@ def collect(runs: list[Path], out: Path) -> str:
             for a, b in repeats
         ]
     text = "\n".join(table) + "\n"
-    (out / "table.md").write_text(text)
+    atomic_write_text(out / "table.md", text)
     return text
 
 
+@one_line_refusals("gpu_table5.py")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", help="structinit --data spec (default: ../shared's CIFAR-10; digits with --smoke)")
@@ -377,6 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.at_init:
         print(at_init(args), end="")
         return 0
+    check_outputs(Path(args.out), ["ledger.jsonl", "summary.json", "curves.png"])  # before it trains
     summary = run(args)
     print(json.dumps(summary["results"], indent=2))
     return 0

@@ -38,7 +38,6 @@ is refused). Commit it with the docs after each finished run.
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import statistics
 import sys
@@ -50,10 +49,13 @@ from typing import Any
 from structinit.inits.labels import BUNDLE
 from structinit.studies.grid import run_configs, run_dir
 from structinit.studies.ledger import (
+    check_outputs,
     is_recorded,
     ledger_and_runs,
+    one_line_refusals,
     read_ledger,
     study_docs,
+    write_csv,
     write_generated_section,
     write_ledger,
 )
@@ -403,11 +405,9 @@ def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid], protoc
     figures = docs / "figures"
     figures.mkdir(parents=True, exist_ok=True)
     write_ledger(docs / LEDGER, rows)
-    with open(docs / "convergence.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, CSV_COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        lost = {"epochs_to_timm": "lost"}  # empty: never reached (or no timm run in the cell)
-        writer.writerows({**r, "final_top1": r["top1"], **(lost if r["curve"] is None else {})} for r in rows)
+    lost = {"epochs_to_timm": "lost"}  # empty: never reached (or no timm run in the cell)
+    listed = [{**r, "final_top1": r["top1"], **(lost if r["curve"] is None else {})} for r in rows]
+    write_csv(docs / "convergence.csv", CSV_COLUMNS, listed)
     sections = []
     for name in dict.fromkeys(g.name for g in grids):
         grid_rows = [r for r in rows if r["grid"] == name]
@@ -507,6 +507,13 @@ def sizing() -> None:
             )
 
 
+def outputs(grids: list[Grid]) -> list[Path]:
+    """The files the study writes under its docs (checked before it trains: check_outputs)."""
+    figures = [Path("figures", f"convergence-{g.name}.png") for g in grids]
+    return [Path(LEDGER), Path("convergence.csv"), PAGE, *figures]
+
+
+@one_line_refusals("study_convergence.py")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default="cifar10:../shared/datasets/cifar10", help="structinit --data spec")
@@ -524,6 +531,7 @@ def main(argv: list[str] | None = None) -> int:
     docs = study_docs(out, args, ROOT / "docs", Path(__file__).name)
     levers, protocol, extended = (SMOKE_LEVERS, SMOKE_PROTOCOL, []) if args.smoke else (LEVERS, PROTOCOL, EXTENDED)
     grids = {"levers": levers, "protocol": protocol, "extended": extended, "docs": []}[args.part]
+    check_outputs(docs, outputs(levers + protocol + extended))
     # seed-major, then init, then grid: a partial run already answers every grid for the first seed
     order = sorted((seed, i, k) for k, g in enumerate(grids) for seed in g.seeds for i in range(len(g.inits)))
     runs = [(grids[k], grids[k].inits[i], seed) for seed, i, k in order]

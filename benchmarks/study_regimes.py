@@ -28,11 +28,9 @@ bf16 autocast where the CPU has it (`amp: auto`), which every row records.
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import functools
 import hashlib
-import json
 import statistics
 import sys
 import time
@@ -40,14 +38,19 @@ from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
+from structinit.cachefiles import keep, read_kept
 from structinit.inits.labels import BUNDLE, label_before
 from structinit.scale import head_qk_norms
+from structinit.schema import Schema, listing, number, problem
 from structinit.studies.grid import run_configs, run_dir
 from structinit.studies.ledger import (
+    check_outputs,
     is_recorded,
     ledger_and_runs,
+    one_line_refusals,
     read_ledger,
     study_docs,
+    write_csv,
     write_generated_section,
     write_ledger,
 )
@@ -406,7 +409,7 @@ def init_attention(inits: list[str], regime: Regime, data: str, smoke: bool, cac
     from structinit.training.recipe import model_of
 
     loaded = dataset(data)
-    known = json.loads(cache.read_text()) if cache.exists() else {}
+    known = kept_attention(cache)
     kept = {}
     lines = list(ATTENTION_HEADER)
     for init in inits:
@@ -417,8 +420,31 @@ def init_attention(inits: list[str], regime: Regime, data: str, smoke: bool, cac
             known[key] = attention_at_init(model, normalised_test_images(model, loaded, 256))
         kept[key] = known[key]
         lines.append(attention_row(init, known[key]))
-    cache.write_text(json.dumps(kept, indent=1, sort_keys=True) + "\n")  # only this table's: no stale entries
+    why = keep(cache, kept)  # only this table's: no stale entries
+    if why:
+        print(f"study_regimes.py: note: {why}: the table is measured again next time", file=sys.stderr)
     return "\n".join(lines) + "\n"
+
+
+ATTENTION_CACHE_BYTES = 1 << 20  # ~400 bytes an init
+MEASURES = Schema(
+    {
+        **dict.fromkeys(("entropy", "pseudo", "images", "qk_norm"), number(0)),
+        "images_per_layer": listing(number(0), at_least=1),
+    }
+)
+
+
+def kept_attention(cache: Path) -> dict[str, dict[str, Any]]:
+    """The measurements kept in `cache` (cachefiles.read_kept: a regular file, bounded), by key, those well formed
+    only; a file the table could not have written is said in one line, and its inits measured again."""
+    known, why = read_kept(cache, ATTENTION_CACHE_BYTES)
+    if why is None and known is not None and not isinstance(known, dict):
+        why = f"{cache} is not a JSON object"
+    if why:
+        print(f"study_regimes.py: note: {why}: the attention at init is measured again", file=sys.stderr)
+    known = known if isinstance(known, dict) else {}
+    return {key: measures for key, measures in known.items() if problem(measures, MEASURES) is None}
 
 
 ATTENTION_HEADER = (
@@ -457,10 +483,7 @@ def write_docs(
     figures = docs / "figures"
     figures.mkdir(parents=True, exist_ok=True)
     write_ledger(docs / LEDGER, rows)
-    with open(docs / "regimes.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, CSV_COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(csv_rows(rows + table5_rows(docs / "table5"), regimes))
+    write_csv(docs / "regimes.csv", CSV_COLUMNS, csv_rows(rows + table5_rows(docs / "table5"), regimes))
     sections = []
     for name in dict.fromkeys(r["grid"] for r in rows):
         grid_rows = [r for r in rows if r["grid"] == name]
@@ -549,7 +572,14 @@ def sizing(steps: int = 10) -> None:
         print(f"| {width} | {depth} | {heads} | {patch} | {(32 // patch) ** 2} | {rate:.0f} |", flush=True)
 
 
-def main(argv: list[str] | None = None) -> int:
+def outputs(regimes: dict[str, Regime]) -> list[Path]:
+    """The files the study writes under its docs (checked before it builds a model: check_outputs); a grid's
+    figure is named by its regime, on the test set or the validation split."""
+    figures = [Path("figures", f"regimes-{name}{val}.png") for name in regimes for val in ("", "-val")]
+    return [Path(LEDGER), Path("regimes.csv"), PAGE, Path(ATTENTION_CACHE), *figures]
+
+
+def study_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default="cifar10:../shared/datasets/cifar10", help="structinit --data spec")
     parts = ["calibrate", "compare", "ablate", "search", "guard", "docs", "sizing"]
@@ -562,6 +592,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--smoke", action="store_true", help="tiny model and subsets, 2 epochs: checks the pipeline")
     parser.add_argument("--only", nargs="+", metavar="INIT", help="train only the runs of these init labels (exact)")
+    return parser
+
+
+@one_line_refusals("study_regimes.py")
+def main(argv: list[str] | None = None) -> int:
+    parser = study_parser()
     args = parser.parse_args(argv)
     if args.part == "sizing":
         sizing()
@@ -569,6 +605,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     docs = study_docs(out, args, ROOT / "docs", Path(__file__).name)
     regimes = {"smoke": SMOKE_REGIME, "smoke-learned": SMOKE_LEARNED} if args.smoke else REGIMES
+    check_outputs(docs, outputs(regimes))
     learned = "smoke-learned" if args.smoke else "p2-w96-d6-500-learned"
     guard = [Grid(learned, GUARD_INITS, SEEDS[:1] if args.smoke else SEEDS, val=False)]
     chosen = "smoke" if args.smoke else CALIBRATED

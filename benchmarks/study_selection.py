@@ -21,25 +21,29 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from structinit.errors import RunError
 from structinit.inits.labels import BUNDLE
 from structinit.studies.grid import run_configs, run_dir
 from structinit.studies.ledger import (
+    check_outputs,
     is_recorded,
     ledger_and_runs,
+    one_line_refusals,
     read_ledger,
     study_docs,
     write_generated_section,
     write_ledger,
 )
+from structinit.studies.results import REPAIR
 from structinit.studies.tables import results_markdown
 from structinit.training import TrainConfig
 from structinit.training.config_file import read_run_config
+from structinit.training.record import MetricsLog, read_summary
 
 ROOT = Path(__file__).resolve().parent.parent
 LEDGER = "selection-runs.jsonl"
@@ -209,8 +213,10 @@ def teacher_table(out: Path) -> str:
         if not path.exists():
             lines.append(f"| {name} | {init} | - | not trained yet | - | - |")
             continue
-        summary = json.loads(path.read_text())
-        curve = [json.loads(line) for line in (path.parent / "metrics.jsonl").read_text().splitlines()]
+        summary = read_summary(path, REPAIR)  # read within bounds and checked, as every run's record
+        curve = MetricsLog(path.parent).epochs()
+        if "test_top1" not in summary:
+            raise RunError(f"{path} has no test top-1, as a teacher's has: {REPAIR}")
         hours = sum(m["epoch_seconds"] for m in curve) / 3600
         ran = read_run_config(path.parent / "config.yaml")[1] or {}
         device = ran.get("device_name", "")
@@ -220,6 +226,7 @@ def teacher_table(out: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+@one_line_refusals("study_selection.py")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default="cifar10:../shared/datasets/cifar10", help="structinit --data spec")
@@ -235,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out, sizes = Path(args.out), SMOKE if args.smoke else FULL
     docs = study_docs(out, args, ROOT / "docs", Path(__file__).name)
+    check_outputs(docs, [Path(LEDGER), Path("selection.md"), Path("figures", FIGURE)])
     docs.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     unknown = set(args.teachers.split(",")) - set(TEACHERS)

@@ -30,7 +30,6 @@ trained again, so the study resumes on a checkout without runs/.
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import shutil
 import sys
@@ -38,14 +37,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+from structinit.files import refuse_link
 from structinit.inits.labels import BUNDLE
 from structinit.studies.grid import compare, run_dir
 from structinit.studies.ledger import (
     LedgerKey,
+    check_outputs,
     is_recorded,
     ledger_and_runs,
+    one_line_refusals,
     read_ledger,
     study_docs,
+    write_csv,
     write_generated_section,
     write_ledger,
 )
@@ -267,6 +270,7 @@ def protocol_timing(parts: dict[str, list[Grid]], data: str, out: Path, docs: Pa
     time x its inits x seeds. Under OUT/timing, emptied first; meaningful on an otherwise idle machine.
     Each run's top-1 is printed beside the same run's in the ledger: a rerun reproduces it."""
     scratch = out / "timing"
+    refuse_link(scratch)  # emptied, not followed
     shutil.rmtree(scratch, ignore_errors=True)
     recorded = read_ledger(docs / LEDGER)
     print("| part | grid | per class | one run (s) | runs | projected (min) | top-1 (%) | in the ledger |")
@@ -314,10 +318,7 @@ def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid]) -> Non
     figures = docs / "figures"
     figures.mkdir(parents=True, exist_ok=True)
     write_ledger(docs / LEDGER, rows)
-    with open(docs / "results.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, ["grid", *CSV_COLUMNS], extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(docs / "results.csv", ["grid", *CSV_COLUMNS], rows)
     sections = []
     for name in dict.fromkeys(g.name for g in grids):
         grid_rows = [r for r in rows if r["grid"] == name]
@@ -353,18 +354,33 @@ def write_docs(rows: list[dict[str, Any]], docs: Path, grids: list[Grid]) -> Non
     write_generated_section(docs / PAGE, tables, "benchmarks/study_small_data.py")
 
 
+ATTENTION_INITS = ("impulse-soft", BUNDLE, "impulse-neurips[base=keep]")
+
+
+def attention_figure_name(init: str, at_init: bool) -> str:
+    return f"attention-{init.split('[')[0]}-{'init' if at_init else 'trained'}.png"
+
+
 def attention_figures(out: Path, figures: Path, per_class: int) -> None:
     """Attention maps at init and after training: seed 0, 12 heads, the first grid's subset size."""
     from structinit.inspection.attention import attention_figure
 
-    for init in ("impulse-soft", BUNDLE, "impulse-neurips[base=keep]"):
+    for init in ATTENTION_INITS:
         run = run_dir(out / "vit-h12", per_class, init, 0)
         if (run / "summary.json").exists():
-            for at_init, state in ((True, "init"), (False, "trained")):
-                path = figures / f"attention-{init.split('[')[0]}-{state}.png"
+            for at_init in (True, False):
+                path = figures / attention_figure_name(init, at_init)
                 attention_figure(str(run), at_init=at_init, out=path, dpi=50)  # small enough to commit
 
 
+def outputs(grids: list[Grid]) -> list[Path]:
+    """The files the study writes under its docs (checked before it trains: check_outputs)."""
+    figures = [f"curves-{g.name}.png" for g in grids]
+    figures += [attention_figure_name(init, at_init) for init in ATTENTION_INITS for at_init in (True, False)]
+    return [Path(LEDGER), Path("results.csv"), PAGE, *(Path("figures", name) for name in figures)]
+
+
+@one_line_refusals("study_small_data.py")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default="cifar10:../shared/datasets/cifar10", help="structinit --data spec")
@@ -400,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
         "docs": [],
     }[args.part]
     grids = protocol + extended + levers + rivals
+    check_outputs(docs, outputs(grids))
     start = time.perf_counter()
     for i, grid in enumerate(todo, 1):
         print(

@@ -27,8 +27,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from structinit.files import save_figure
 from structinit.studies.grid import compare, run_dir
-from structinit.studies.ledger import write_generated_section
+from structinit.studies.ledger import check_outputs, one_line_refusals, write_generated_section
 from structinit.training import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,6 +62,7 @@ def mean_std(values: list[float]) -> str:
     return f"{statistics.mean(values):.2f} ± {std:.2f}" + (f" ({len(values)})" if len(values) > 1 else "")
 
 
+@one_line_refusals("theory.py")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default="cifar10:../shared/datasets/cifar10", help="structinit --data spec")
@@ -75,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     seeds = [int(x) for x in args.seeds.split(",")]
     out = Path(args.out)
     docs = Path(args.docs) if args.docs else (out / "docs" if args.smoke else ROOT / "docs")
+    figures = [Path("figures", name) for name in ("theory.png", "theory-rank-0.png", "theory-rank-1.png")]
+    check_outputs(docs, [Path("theory.md"), *figures])
     start = time.perf_counter()
 
     convmixer: dict[tuple[int, int], list[dict[str, Any]]] = {}
@@ -187,7 +191,7 @@ def plot_theory(convmixer, vits, path: Path) -> None:
     for ax in (left, right):
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, 120)
     plt.close(fig)
 
 

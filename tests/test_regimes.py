@@ -268,3 +268,58 @@ def test_attention_table_measures_an_init_again_only_when_its_weights_change(tmp
     study.init_attention(["impulse[target_fidelity=0.5]"], study.SMOKE_REGIME, data, True, cache)
     assert len(measured) == 3  # other weights: measured; the cache keeps this table's entries only
     assert len(json.loads(cache.read_text())) == 1
+
+
+def test_gpu_table5_refuses_a_link_at_its_ledger_before_it_trains(tmp_path):
+    """Its ledger was emptied and appended to through a link (the link's target truncated): refused in one line."""
+    table5 = load_benchmark("gpu_table5")
+    target = tmp_path / "elsewhere.jsonl"
+    target.write_text("not the cell's\n")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "ledger.jsonl").symlink_to(target)
+    with pytest.raises(SystemExit, match=rf"^gpu_table5.py: error: {tmp_path}/out/ledger.jsonl is a link, and struc"):
+        table5.main(["--smoke", "--quiet", "--inits", "timm", "--out", str(tmp_path / "out")])
+    assert target.read_text() == "not the cell's\n" and sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "ledger.jsonl"
+    ]
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (("summary.json", "{"), r"a/summary.json is damaged \(Expecting property name"),
+        (("summary.json", '{"seed": "0"}'), r"a/summary.json is damaged \(its 'device' is missing\)"),
+        (("ledger.jsonl", '{"init": "timm"'), r"a/ledger.jsonl line 1 is damaged \(not JSON\)"),
+        (("ledger.jsonl", '{"init": "timm", "epoch": 1}\n'), r"a/ledger.jsonl line 1 is damaged \(its 'step' is miss"),
+        (
+            ("ledger.jsonl", '{"init": "timm", "epoch": 1, "step": 5, "train_loss": 2}\n'),
+            "a/ledger.jsonl holds no evaluated epoch of timm",
+        ),
+    ],
+)
+def test_gpu_table5_collect_names_a_damaged_run_in_one_line_and_writes_nothing(tmp_path, damage, message):
+    table5 = load_benchmark("gpu_table5")
+    run = fake_table5_run(tmp_path / "a", 0, "H200", {"kaiming": 74.0})
+    (run / damage[0]).write_text(damage[1])
+    with pytest.raises(SystemExit, match=rf"^gpu_table5.py: error: {tmp_path}/{message}"):
+        table5.main(["--collect", str(run), "--out", str(tmp_path / "all")])
+    assert not (tmp_path / "all").exists()
+
+
+def test_attention_table_measures_again_what_a_damaged_cache_holds_and_says_so(tmp_path, monkeypatch, capsys):
+    study = load_benchmark("study_regimes")
+    data = f"imagefolder:{make_imagefolder(tmp_path / 'images', 32, per_class=2, classes=['a', 'b'])}"
+    cache, measured = tmp_path / "attention.json", []
+    measure = study.attention_at_init
+    monkeypatch.setattr(study, "attention_at_init", lambda *a: measured.append(1) or measure(*a))
+    table = study.init_attention(["timm"], study.SMOKE_REGIME, data, True, cache)
+    kept = json.loads(cache.read_text())
+    key = next(iter(kept))
+    for damaged in ("[", "[]", json.dumps({key: {**kept[key], "entropy": "high"}})):
+        cache.write_text(damaged)
+        assert study.init_attention(["timm"], study.SMOKE_REGIME, data, True, cache) == table  # measured again
+        assert json.loads(cache.read_text()) == kept
+    assert len(measured) == 4
+    notes = capsys.readouterr().err.splitlines()
+    assert [line.split(": ")[-1] for line in notes] == ["the attention at init is measured again"] * 2
+    assert f"{cache} is not JSON (Expecting value" in notes[0] and f"{cache} is not a JSON object" in notes[1]

@@ -189,3 +189,28 @@ def test_study_commands_from_a_clean_clone_leave_the_committed_docs_and_say_what
     with pytest.raises(SystemExit, match=rf"^{script}.py: --data {missing}: {tmp_path}/nowhere is not a folder"):
         module.main(["--smoke", "--data", missing, "--out", str(tmp_path / "smoke")])
     assert not (tmp_path / "smoke").exists()
+
+
+@pytest.mark.parametrize(
+    "script, written",
+    [
+        ("study_small_data", "results.csv"),
+        ("study_convergence", "convergence.csv"),
+        ("study_regimes", "regimes.csv"),
+        ("study_selection", "selection-runs.jsonl"),
+    ],
+)
+def test_a_link_where_a_study_writes_is_refused_in_one_line_before_it_trains(script, written, tmp_path):
+    """A CSV or ledger path that is a link: met after training, the CSV was written through it (its target
+    overwritten) and the ledger a traceback; it is refused in one line first, every file as it was."""
+    module = load_benchmark(script)
+    classes = module.TEACHER_CLASSES + module.STUDENT_CLASSES if script == "study_selection" else ["a", "b"]
+    data = make_imagefolder(tmp_path / "images", 32, per_class=8, classes=classes)
+    out, target = tmp_path / "out", tmp_path / "elsewhere.txt"
+    target.write_text("")  # an empty ledger reads as no runs
+    (out / "docs").mkdir(parents=True)
+    (out / "docs" / written).symlink_to(target)
+    with pytest.raises(SystemExit, match=rf"^{script}.py: error: {out}/docs/{written} is a link, and structinit wr"):
+        module.main(["--smoke", "--data", f"imagefolder:{data}", "--out", str(out)])
+    assert target.read_text() == "" and (out / "docs" / written).is_symlink()
+    assert {p.relative_to(out).as_posix() for p in out.rglob("*")} == {"docs", f"docs/{written}"}  # nothing else

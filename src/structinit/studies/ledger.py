@@ -4,15 +4,17 @@ its docs."""
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io
 import json
 import re
 from pathlib import Path
 from typing import Any
 
 from ..data.datasets import parse_spec
-from ..errors import RunError
-from ..files import atomic_write_text
+from ..errors import RunError, one_line
+from ..files import atomic_write_text, refuse_link, refuse_replacing
 from ..schema import Bounds, Field, Schema, check, integer, json_lines, listing, number, text
 from ..seeds import MAX_SEED
 from ..training.identity import NOT_RECIPE, config_hash
@@ -177,3 +179,46 @@ def study_docs(out: Path, args: Any, committed: Path, script: str) -> Path:
     if not to_committed:
         return Path(args.docs) if args.docs else out / "docs"
     return committed
+
+
+def check_outputs(docs: Path, names: list[str | Path]) -> None:
+    """Before a study trains or writes: one line (RunError) where a file it writes under `docs` (each named
+    relative to it), or a folder on the way there, is a link or not a regular file (a folder). Nothing is
+    written through a link, out of `docs`, and a refusal comes before any file has changed."""
+    for name in names:
+        folder = Path(docs)
+        for part in Path(name).parts[:-1]:
+            folder = folder / part
+            refuse_link(folder)
+            if folder.exists() and not folder.is_dir():
+                raise RunError(f"{folder} is not a folder, where structinit writes into one: move it away")
+        refuse_replacing(Path(docs, name))
+
+
+def write_csv(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> None:
+    """A CSV file of `rows` (their `columns` only, a header first) written whole (files.atomic_write)."""
+    table = io.StringIO(newline="")
+    writer = csv.DictWriter(table, columns, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(Path(path), table.getvalue())
+
+
+def one_line_refusals(script: str) -> Any:
+    """A decorator for a study script's main: a refusal (RunError) or a failed file operation (OSError, named
+    with its file) ends it in one line (SystemExit: `SCRIPT: error: ...`), never a traceback."""
+
+    def decorate(main: Any) -> Any:
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return main(*args, **kwargs)
+            except RunError as error:
+                message = str(error)
+            except OSError as error:
+                where = f"{error.filename}: " if error.filename else ""
+                message = f"{where}{error.strerror or error}"
+            raise SystemExit(f"{script}: error: {one_line(message)}")
+
+        return guarded
+
+    return decorate
