@@ -43,6 +43,8 @@ import torch
 from PIL import Image
 
 import structinit
+from structinit.errors import RunError
+from structinit.files import regular_file
 from structinit.inits import api as init_api
 from structinit.inits import sharpness
 from structinit.models import PRESETS, create_model
@@ -87,6 +89,11 @@ def load_images(count: int, seed: int = 0) -> torch.Tensor | None:
     if not files or count == 0:
         return None
     chosen = random.Random(seed).sample(files, count)
+    for f in chosen:  # a FIFO or a device among the images would hang the read: one line
+        try:
+            regular_file(f)
+        except RunError as error:
+            raise SystemExit(f"bench_init.py: error: {error}") from None
     arrays = [torch.frombuffer(bytearray(Image.open(f).convert("RGB").tobytes()), dtype=torch.uint8) for f in chosen]
     return torch.stack([a.view(32, 32, 3).permute(2, 0, 1) for a in arrays]).float() / 255
 

@@ -201,7 +201,10 @@ def paths_table(root: Path) -> dict[str, dict]:
     for i, (path, env) in enumerate(PATHS.items()):
         (root / str(i)).mkdir()
         command = [sys.executable, __file__, "--emit", str(root / str(i))]
-        done = subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True, check=True)
+        done = subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True)
+        if done.returncode != 0:  # the child's own last line, not a CalledProcessError traceback
+            said = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+            raise SystemExit(f"cross_cpu.py: error: the {path} path failed: {said}")
         runs[path] = json.loads(done.stdout)
         print(f"{path}: done", file=sys.stderr)
     cpu = f"{device_name(torch.device('cpu'))}, {os.cpu_count()} cores, torch {torch.__version__}"

@@ -3,6 +3,7 @@ and what to do (never a traceback), and a file it writes is never written throug
 before anything has run or changed. (The studies' own writes: test_study.py and test_regimes.py.)"""
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -141,3 +142,28 @@ def test_selection_teacher_table_names_a_damaged_summary_in_one_line(tmp_path):
     summary.write_text('{"finished": true, "epochs_done": 2')
     with pytest.raises(RunError, match=rf"^{summary} is damaged \(Expecting ',' delimiter.*\): structinit train --res"):
         selection.teacher_table(tmp_path)
+
+
+def test_a_docs_page_that_is_no_regular_file_is_one_line_not_a_hang(tmp_path):
+    """write_generated_section read the page whole: a FIFO there waited for a writer for ever."""
+    from structinit.studies.ledger import write_generated_section
+
+    page = tmp_path / "page.md"
+    os.mkfifo(page)
+    with pytest.raises(RunError, match=r"page.md is a FIFO, not a regular file"):
+        write_generated_section(page, "| a |", "test")
+    huge = tmp_path / "huge.md"
+    with open(huge, "wb") as f:
+        f.truncate(64 << 20)
+    with pytest.raises(RunError, match=r"huge.md is over 4 MiB: not a docs page"):
+        write_generated_section(huge, "| a |", "test")
+
+
+def test_bench_init_refuses_a_fifo_among_the_images(tmp_path, monkeypatch):
+    bench = load_benchmark("bench_init")
+    folder = tmp_path / "test" / "cat"
+    folder.mkdir(parents=True)
+    os.mkfifo(folder / "0.jpg")
+    monkeypatch.setattr(bench, "CIFAR", tmp_path)
+    with pytest.raises(SystemExit, match=r"^bench_init.py: error: .*0.jpg is a FIFO, not a regular file"):
+        bench.load_images(1)

@@ -8,13 +8,14 @@ import csv
 import dataclasses
 import io
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 from ..data.datasets import parse_spec
 from ..errors import RunError, one_line
-from ..files import atomic_write_text, refuse_link, refuse_replacing
+from ..files import atomic_write_text, refuse_link, refuse_replacing, regular_file
 from ..schema import Bounds, Field, Schema, check, integer, json_lines, listing, number, text
 from ..seeds import MAX_SEED
 from ..training.identity import NOT_RECIPE, config_hash
@@ -28,6 +29,7 @@ def ledger_key(row: dict[str, Any]) -> LedgerKey:
     return row["grid"], row["per_class"], row["init"], row["seed"]
 
 
+PAGE_MAX_BYTES = 4 << 20  # a docs page the tables are written into (the largest here: ~80 KB)
 LEDGER_BOUNDS = Bounds(line=1 << 20, lines=100_000, total=64 << 20)  # a row is ~1 KB, a study's ledger ~200 rows
 LEDGER_FIX = "mend or remove the row (a run whose row is removed trains again), or restore the file from git"
 
@@ -151,6 +153,8 @@ def write_generated_section(path: Path, body: str, source: str, name: str = "tab
     the hand-written text around them, and several scripts can write one file."""
     path = Path(path)
     begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    if os.path.lexists(path) and regular_file(path).st_size > PAGE_MAX_BYTES:
+        raise RunError(f"{path} is over {PAGE_MAX_BYTES >> 20} MiB: not a docs page; give its place another file")
     text = path.read_text() if path.exists() else ""
     pattern = re.compile(rf"{re.escape(begin)}.*{re.escape(end)}", re.S)
     if not pattern.search(text):
