@@ -106,8 +106,8 @@ def _sample(harness, commands, examples):
 
 
 def test_a_fixed_sample_of_generated_cases_keeps_every_rule(harness):
-    _sample(harness, FAST, 72)
+    _sample(harness, FAST, 200)
 
 
 def test_a_fixed_sample_of_grids_and_comparisons_keeps_every_rule(harness):
-    _sample(harness, SLOW, 10)
+    _sample(harness, SLOW, 24)
