@@ -59,10 +59,10 @@ ROLES = {
     "checkpoints": "checkpoint",
 }
 PATHLIKE = re.compile(r"(dir|path|file|folder|root|out|save|json|config|checkpoint|teacher|target|data)", re.I)
-# flags whose large valid values are long work by request (a run of 10^9 epochs), not a hang: kept small; a switch
-# here (torch.compile: a minute a run on a CPU) is drawn only with --deep's longer timeout
+# flags whose large valid values are long work by request (a run of 10^9 epochs), not a hang: kept small; a flag of
+# LONG_FLAGS (torch.compile: a minute a run on a CPU) is drawn only with --deep's longer timeout
 LONG_BY_REQUEST = {"epochs", "minutes", "cooldown_epochs", "timeout_min", "images", "stop_after", "warmup_epochs"}
-LONG_SWITCHES = {"compile"}
+LONG_FLAGS = {"compile", "compile_mode"}  # each compiles the model: drawn only with --deep
 
 GENERIC_STATES = (
     "absent", "empty-file", "garbage-file", "fifo", "socket", "device", "link-outside", "dangling-link",
@@ -161,8 +161,10 @@ def _flag(command: str, action: argparse.Action) -> Flag:
 def kind_of(action: argparse.Action) -> str:
     if action.dest in ROLES:
         return ROLES[action.dest]
+    if action.dest in LONG_FLAGS:
+        return "long"
     if action.nargs == 0:
-        return "long-switch" if action.dest in LONG_SWITCHES else "switch"
+        return "switch"
     if action.choices:
         return "choice"
     if action.type is int:
@@ -221,12 +223,19 @@ def values(flag: Flag) -> st.SearchStrategy[list[str]]:
         "kwargs": st.sampled_from(MODEL_KWARGS),
         "model": st.sampled_from(MODELS),
     }.get(flag.kind)
-    if flag.kind in ("switch", "long-switch"):
+    if flag.kind == "switch" or (flag.kind == "long" and not flag.choices):
         return st.just([])
+    if flag.kind == "long":
+        return st.sampled_from(flag.choices).map(lambda choice: [choice])
     sound = SOUND.get(flag.kind) or flag.choices or ((str(flag.default),) if isinstance(flag.default, str) else ())
-    one = st.one_of(hostile, st.sampled_from(sound)) if hostile is not None and sound else hostile
-    if one is None:  # a path: the scratch tree makes it in its drawn state
-        return st.sampled_from(GENERIC_STATES + ROLE_STATES[flag.kind]).map(lambda state: [f"@{state}"])
+    # sound twice as often as hostile: a case of one to three flags then often passes their checks
+    one = (
+        st.one_of(hostile, st.sampled_from(sound), st.sampled_from(sound)) if hostile is not None and sound else hostile
+    )
+    if one is None:  # a path: the scratch tree makes it in its drawn state (its valid fixture as often as not)
+        states = st.sampled_from(GENERIC_STATES + ROLE_STATES[flag.kind])
+        valid = "valid" in ROLE_STATES[flag.kind]
+        return (st.one_of(states, st.just("valid")) if valid else states).map(lambda state: [f"@{state}"])
     count = flag.nargs if isinstance(flag.nargs, int) else 1
     return st.lists(one, min_size=count, max_size=count)
 
@@ -236,7 +245,7 @@ def cases(draw, commands: tuple[str, ...] = COMMANDS, long: bool = False) -> Cas
     """A command's base line with one to three of its flags drawn (each flag once; `long`: long switches too)."""
     line = draw(st.sampled_from([name for name in BASE if name.split()[0] in commands]))
     command = line.split()[0]
-    flags = [f for f in catalogue()[command] if long or f.kind != "long-switch"]
+    flags = [f for f in catalogue()[command] if long or f.kind != "long"]
     chosen = draw(st.lists(st.sampled_from(flags), min_size=1, max_size=3, unique_by=lambda f: f.dest))
     positionals = dict(POSITIONAL_DEFAULTS)
     extra: list[str] = []

@@ -24,6 +24,7 @@ TIMEOUT_S = 120.0  # a base case takes seconds; one that has not ended by then h
 ADDRESS_SPACE = 8 << 30  # the child's address space beyond the zygote's: a runaway allocation fails there
 MEMORY_BOUND = 2 << 30  # resident growth a case may reach: every base request is tiny (refusing a big one is fine)
 HUGE = 64 << 30  # a sparse file's apparent size
+TORCH_TMP = "tmp/torchinductor_"  # torch.compile's precompiled headers: in $TMPDIR whatever its cache dir is
 ERROR_LINE = re.compile(r"^structinit [\w-]+: error: \S")
 
 
@@ -186,7 +187,7 @@ def check(case: Case, scratch: Scratch, zygote: Zygote, timeout: float = TIMEOUT
     before = digest(tree)
     env = {"HOME": str(tree / "home"), "TMPDIR": str(tree / "tmp")}
     answer = zygote.run(case.argv, tree / "work", env, tree, timeout)
-    changed = _changed(before, digest(tree), {"stdout", "stderr"})
+    changed = {p for p in _changed(before, digest(tree), {"stdout", "stderr"}) if not p.startswith(TORCH_TMP)}
     failures = []
     lines = [line for line in answer["stderr"].splitlines() if line.strip()]
     if answer["timed_out"]:

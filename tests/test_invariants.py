@@ -32,7 +32,7 @@ def test_every_command_has_a_base_line_and_every_path_flag_a_role():
     assert {line.split()[0] for line in cases.BASE} == set(cases.catalogue())
     assert cases.unclassified_paths() == []
     kinds = {flag.kind for flags in cases.catalogue().values() for flag in flags}
-    assert kinds <= {"switch", "long-switch", "choice", "int", "small-int", "float", "small-float", "text", "labels",
+    assert kinds <= {"switch", "long", "choice", "int", "small-int", "float", "small-float", "text", "labels",
                      "kwargs", "model", *cases.ROLE_STATES}  # fmt: skip
 
 
