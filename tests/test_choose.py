@@ -404,6 +404,14 @@ def test_a_batch_that_was_not_asked_is_fitted_to_ten_steps_an_epoch(batch, image
     assert batch_for(TrainConfig(batch_size=batch), images, True, lambda line: None).batch_size == fitted
 
 
+def test_an_odd_batch_asked_with_mixup_is_one_line_before_anything_trains(tmp_path, capsys):
+    """choose times its pace and builds its control before any run: an odd batch with --mixup reached timm's
+    Mixup there, an AssertionError traceback (found by the invariant harness: choose -b 25 --mixup 0.1)."""
+    assert _choose_digits(tmp_path, "-b", "25", "--mixup", "0.1") == 2
+    assert "a batch of 25 a process is odd; give an even --batch-size" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()
+
+
 def test_a_batch_asked_that_exceeds_the_images_is_refused_before_anything_trains(tmp_path, capsys):
     folder = make_imagefolder(tmp_path / "photos", 16, per_class=10, classes=("a", "b"))
     argv = ["choose", str(folder), *TINY, "-b", "64", "--epochs", "1", "--out", str(tmp_path / "c")]

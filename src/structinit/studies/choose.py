@@ -27,7 +27,7 @@ from ..training.lock import RunLock
 from ..training.ownership import replaced_aside
 from ..training.recipe import Recipe, data_of
 from ..training.settings import TrainConfig
-from ..training.startup import batch_for_steps, eval_images
+from ..training.startup import batch_for_steps, eval_images, process_batch
 from . import choose_pace
 from .choose_pace import OVERRUN, RESERVE_SECONDS, Pace, sized_epochs, warmup_for
 from .choose_plan import MAX_BYTES, PLAN_FILE, RERUN, Plan, check_same, read_plan, recipe_of, write_plan
@@ -98,12 +98,13 @@ def batch_for(base: TrainConfig, images: int, fit: bool, say) -> TrainConfig:
     batch = min(base.batch_size, batch_for_steps(images))
     if fit and batch < base.batch_size:
         say(f"batch size {batch} (not {base.batch_size}): {images} training images, {images // batch} steps an epoch")
-        return dataclasses.replace(base, batch_size=batch)
-    if base.batch_size > images:
+        base = dataclasses.replace(base, batch_size=batch)
+    elif base.batch_size > images:
         raise ValueError(
             f"--batch-size {base.batch_size} exceeds the {images} training images: give -b {images} or less, or "
             "leave -b out (choose fits it to the data)"
         )
+    process_batch(base, 1, images)  # the trainer's own checks (an odd batch mixup pairs), before the pace is timed
     return base
 
 
