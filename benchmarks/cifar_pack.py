@@ -29,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))  # the device has the checkout, not the package
 from structinit.cachefiles import read_kept
-from structinit.errors import RunError, first_line, one_line, quoted
+from structinit.errors import RunError, first_line, one_line, quoted, reason
 from structinit.files import (
     JSON_MAX_BYTES,
     atomic_write,
@@ -221,9 +221,7 @@ def main(argv: list[str]) -> int:
     try:
         (pack if argv[0] == "pack" else unpack)(argv[1], argv[2])
     except (RunError, OSError) as error:
-        where = f"{error.filename}: " if isinstance(error, OSError) and error.filename else ""
-        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
-        print(f"cifar_pack.py: error: {one_line(where + reason)}", file=sys.stderr)
+        print(f"cifar_pack.py: error: {one_line(reason(error))}", file=sys.stderr)
         return 2
     return 0
 

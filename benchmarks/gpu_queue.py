@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))  # the device's python3 runs the checkout
-from structinit.errors import RunError, one_line, quoted
+from structinit.errors import RunError, one_line, quoted, reason
 from structinit.files import (
     atomic_write,
     atomic_write_text,
@@ -338,9 +338,7 @@ def main(argv: list[str] | None = None) -> int:
                 mark = "done" if job["id"] in done else "ready" if runnable(job) else "waits (no init)"
                 print(f"{job['id']:<34} {job['minutes']:>3} min  {mark}")
     except (RunError, OSError) as error:
-        where = f"{error.filename}: " if isinstance(error, OSError) and error.filename else ""
-        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
-        print(f"gpu_queue.py: error: {one_line(where + reason)}", file=sys.stderr)
+        print(f"gpu_queue.py: error: {one_line(reason(error))}", file=sys.stderr)
         return 2
     return 0
 

@@ -24,6 +24,15 @@ def first_line(error: BaseException) -> str:
     return (text.strip().splitlines() or [type(error).__name__])[0][:200]
 
 
+def reason(error: BaseException) -> str:
+    """What a refusal quotes of an error: a failed file operation's file and reason (`x: No such file or
+    directory`), any other error's message."""
+    if isinstance(error, OSError):
+        where = f"{error.filename}: " if error.filename else ""
+        return f"{where}{error.strerror or error}"
+    return str(error)
+
+
 def one_line(message: str) -> str:
     """`message` on one line, a word of over 200 characters (a path, a label the user gave) shown by its ends."""
     short = re.sub(

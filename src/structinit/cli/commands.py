@@ -12,7 +12,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import RunError, first_line, one_line, one_line_warning
+from ..errors import RunError, first_line, one_line, one_line_warning, reason
 from ..files import refuse_replacing
 from ..inits.labels import DEFAULT, InitSpec, parse_assignments, split_top_level
 from ..seeds import check_seed
@@ -298,8 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError, RunError) as error:
         return fail(args.command, str(error))
     except OSError as error:  # a missing, unwritable or full path: its name and the reason
-        where = f"{error.filename}: " if error.filename else ""
-        return fail(args.command, f"{where}{error.strerror or error}")
+        return fail(args.command, reason(error))
     except ModuleNotFoundError as error:
         extra = EXTRAS.get((error.name or "").split(".")[0])
         if extra is None:

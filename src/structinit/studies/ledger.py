@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..data.datasets import parse_spec
-from ..errors import RunError, one_line
+from ..errors import RunError, one_line, reason
 from ..files import atomic_write_text, refuse_link, refuse_replacing, regular_file
 from ..schema import Bounds, Field, Schema, check, integer, json_lines, listing, number, text
 from ..seeds import MAX_SEED
@@ -216,12 +216,8 @@ def one_line_refusals(script: str) -> Any:
         def guarded(*args: Any, **kwargs: Any) -> Any:
             try:
                 return main(*args, **kwargs)
-            except RunError as error:
-                message = str(error)
-            except OSError as error:
-                where = f"{error.filename}: " if error.filename else ""
-                message = f"{where}{error.strerror or error}"
-            raise SystemExit(f"{script}: error: {one_line(message)}")
+            except (RunError, OSError) as error:
+                raise SystemExit(f"{script}: error: {one_line(reason(error))}") from None
 
         return guarded
 
