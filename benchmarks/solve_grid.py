@@ -8,6 +8,7 @@ full solve's value beside the fast one. Resumable: every finished shape is a lin
 
     .venv/bin/python benchmarks/solve_grid.py --part grid --max-gflop 2000     # what 2 CPU cores do in ~1 h
     .venv/bin/python benchmarks/solve_grid.py --part table --device cuda      # timm's ViTs, on a GPU
+    python3 benchmarks/solve_grid.py --part check common table --device cuda --minutes 8   # the GPU queue's job
     .venv/bin/python benchmarks/solve_grid.py --write                          # the package table and the page
     .venv/bin/python benchmarks/solve_grid.py --part grid --smoke --ledger /tmp/l.jsonl   # CI: two tiny shapes
 """
@@ -41,6 +42,12 @@ WIDTHS = (64, 192, 384, 768, 1024)
 VIT_PRESETS = [name for name, (arch, _) in PRESETS.items() if str(arch).startswith("vit_")]
 VIT_NAMES = ["*vit*", "deit*", "eva*", "beit*"]  # the names of timm's VisionTransformer models (and some others)
 README_MODEL = ("vit_tiny_patch16_224", dict(img_size=32, patch_size=4))
+# timm's ViT families (width, heads; LayerNorm eps 1e-6, learned table) at the sizes small data is trained at
+FAMILIES = {"tiny": (192, 3), "wee": (256, 4), "little": (320, 5), "small": (384, 6), "medium": (512, 8),
+            "base": (768, 12), "large": (1024, 16)}  # fmt: skip
+IMAGE_SIDES, PATCHES = (32, 48, 64, 96, 112, 128, 160, 192, 224, 256, 288, 320, 384), (2, 4, 8, 14, 16, 32)
+COMMON_TOKENS, COMMON_GFLOP = 4096, 200  # the common shapes' grids up to 64 x 64; smaller solves are quick on a CPU
+CHECKS = 6  # shapes solved on a CPU solved again on the device (`check`): do the two agree to 0.01?
 
 
 def grid_shapes() -> list[dict]:
@@ -73,6 +80,31 @@ def table_shapes() -> list[dict]:
         readme = timm.create_model(README_MODEL[0], **README_MODEL[1])
         _add(found, "README: vit_tiny_patch16_224 at 32 px, patch 4", readme)
     return list(found.values())
+
+
+def common_shapes() -> list[dict]:
+    """timm's ViT families at images of 32-384 px and patches of 2-32 (grids of 3 x 3 to 64 x 64), where the
+    full solve is more than COMMON_GFLOP: the shapes a user's first cold `impulse` would solve."""
+    found: dict[tuple, dict] = {}
+    for image in IMAGE_SIDES:
+        for patch in (p for p in PATCHES if image % p == 0 and 9 <= (image // p) ** 2 <= COMMON_TOKENS):
+            for family, (width, heads) in FAMILIES.items():
+                shape = _shape("learned", image // patch, width, heads, 3, 1e-6)
+                name = f"vit_{family} at {image} px, patch {patch}"
+                found.setdefault(_key(shape), shape).setdefault("models", []).append(name)
+    return [shape for shape in found.values() if gflop(shape) > COMMON_GFLOP]
+
+
+def check_shapes(rows: list[dict], device: str) -> list[dict]:
+    """The CHECKS cheapest shapes solved on another kind of device whose value is off the clamps (0.05-0.95)."""
+    kind = "cuda" if device.startswith("cuda") else "cpu"
+    other = [r for r in rows if r["part"] != "check" and _kind(r["device"]) != kind and 0.05 <= r["mass"] <= 0.95]
+    keys = ("kind", "grid", "width", "heads", "kernel", "eps")
+    return [{k: r[k] for k in keys} | {"against": r["mass"]} for r in sorted(other, key=gflop)[:CHECKS]]
+
+
+def _kind(machine: str) -> str:
+    return "cuda" if any(word in machine for word in ("NVIDIA", "H100", "H200", "A100")) else "cpu"
 
 
 def _add(found: dict, name: str, model: torch.nn.Module) -> None:
@@ -148,10 +180,16 @@ def read_ledger(path: Path) -> list[dict]:
 
 
 def run(
-    part: str, ledger: Path, device: str, max_gflop: float, max_tokens: float, smoke: bool, only: list[str]
+    part: str, ledger: Path, device: str, max_gflop: float, max_tokens: float, smoke: bool, only: list[str],
+    deadline: float = float("inf"),
 ) -> None:
-    done = {(row["part"], *_key(row)) for row in read_ledger(ledger)}
-    shapes = grid_shapes() if part == "grid" else table_shapes()
+    """Solve the part's shapes not in the ledger, cheapest first, each as a line of it; a shape whose expected
+    time (at the last shape's rate) would end after `deadline` (time.monotonic()) is left for another run."""
+    rows = read_ledger(ledger)
+    tabled = ("table", "common")  # the package table's parts: a shape solved for one is solved for both
+    done = {(part if row["part"] in tabled and part in tabled else row["part"], *_key(row)) for row in rows}
+    parts = {"grid": grid_shapes, "table": table_shapes, "common": common_shapes}
+    shapes = check_shapes(rows, device) if part == "check" else parts[part]()
     if only:
         shapes = [s for s in shapes if set(only) & set(s.get("models", ()))]
     if smoke:
@@ -159,10 +197,14 @@ def run(
     todo = sorted((s for s in shapes if (part, *_key(s)) not in done), key=gflop)
     skipped = [s for s in todo if gflop(s) > max_gflop or s["grid"][0] * s["grid"][1] > max_tokens]
     todo = [s for s in todo if s not in skipped]
-    done = {key for key in done if key[0] == part}
-    print(f"{part}: {len(shapes)} shapes, {len(done)} solved, {len(todo)} to solve, {len(skipped)} left by the limits")
+    print(f"{part}: {len(shapes)} shapes, {len(shapes) - len(todo) - len(skipped)} solved, {len(todo)} to solve, {len(skipped)} left by the limits")
+    rate = 0.0  # seconds a GFLOP, of the last shape solved
     for shape in todo:
+        if time.monotonic() + rate * gflop(shape) > deadline:
+            print(f"{part}: the time is up: {len(todo) - todo.index(shape)} shapes left for another run", flush=True)
+            break
         row = {"part": part, **solve(shape, device)}
+        rate = row["seconds"] / gflop(shape)
         with open(ledger, "a", opener=no_follow) as f:
             f.write(json.dumps(row) + "\n")
         fast = f"fast {row['fast']} ({row['fast_steps']} steps)"
@@ -192,9 +234,12 @@ def write_table(ledger: Path) -> None:
     corners."""
     rows = read_ledger(ledger)
     keys = ("kind", "grid", "width", "heads", "kernel", "eps", "mass", "reached", "models")
-    table = [r for r in rows if r["part"] == "table"]
+    table = [r for r in rows if r["part"] in ("table", "common")]
     entries = sorted(({k: r[k] for k in keys} for r in table), key=lambda e: (e["grid"], e["width"], e["heads"]))
-    about = "the paper's solve, 10,000 steps, on timm's registered ViTs: benchmarks/solve_grid.py --part table"
+    about = (
+        "the paper's solve, 10,000 steps, on timm's registered ViTs and its families at 32-384 px, patches 2-32: "
+        "benchmarks/solve_grid.py --part table common"
+    )
     lines = ",\n".join(f"  {json.dumps(entry)}" for entry in entries)  # an entry a line
     corners = json.dumps(shortcut_corners(rows))
     text = f'{{"about": {json.dumps(about)},\n "shortcut": {corners},\n "entries": [\n{lines}\n]}}\n'
@@ -241,21 +286,25 @@ def write_page(ledger: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--part", choices=("grid", "table"))
+    parser.add_argument("--part", nargs="+", choices=("grid", "table", "common", "check"), help="in this order")
     parser.add_argument("--ledger", type=Path, default=LEDGER)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--max-gflop", type=float, default=float("inf"), help="leave larger shapes (for a GPU)")
     parser.add_argument("--max-tokens", type=float, default=float("inf"), help="leave shapes of more tokens")
     parser.add_argument("--only", default="", help="the table's shapes of these models (comma-separated) alone")
+    parser.add_argument("--minutes", type=float, default=float("inf"), help="start no shape that would end later")
     parser.add_argument("--smoke", action="store_true", help="two tiny shapes (CI)")
     parser.add_argument("--write", action="store_true", help="write the package table and docs/bench_solve.md")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.part:
+    if not args.part and not args.write:
+        parser.error("say what to do: --part PART ... (solve) or --write (the table and the page)")
+    deadline = time.monotonic() + 60 * args.minutes
+    for part in args.part or ():
         only = [n for n in args.only.split(",") if n]
-        run(args.part, args.ledger, args.device, args.max_gflop, args.max_tokens, args.smoke, only)
+        run(part, args.ledger, args.device, args.max_gflop, args.max_tokens, args.smoke, only, deadline)
     if args.write:
         write_table(args.ledger)
         write_page(args.ledger)
