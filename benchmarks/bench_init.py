@@ -79,6 +79,8 @@ SPEED_MODELS = {
     "vit_base_patch16_224": ("vit_base_patch16_224", {}),
     "vit_base_patch16_384": ("vit_base_patch16_384", {}),
     "Table 5 ViT": ("vit_w256_d8_p2_gap_sincos", {}),
+    "vit_small at 64 px, patch 4": ("vit_small_patch16_224", dict(img_size=64, patch_size=4, num_classes=10)),
+    "vit_base at 96 px, patch 8": ("vit_base_patch16_224", dict(img_size=96, patch_size=8, num_classes=10)),
 }
 TABLE_OFF = "impulse, table off"
 

@@ -180,7 +180,13 @@ def read_ledger(path: Path) -> list[dict]:
 
 
 def run(
-    part: str, ledger: Path, device: str, max_gflop: float, max_tokens: float, smoke: bool, only: list[str],
+    part: str,
+    ledger: Path,
+    device: str,
+    max_gflop: float,
+    max_tokens: float,
+    smoke: bool,
+    only: list[str],
     deadline: float = float("inf"),
 ) -> None:
     """Solve the part's shapes not in the ledger, cheapest first, each as a line of it; a shape whose expected
@@ -197,7 +203,8 @@ def run(
     todo = sorted((s for s in shapes if (part, *_key(s)) not in done), key=gflop)
     skipped = [s for s in todo if gflop(s) > max_gflop or s["grid"][0] * s["grid"][1] > max_tokens]
     todo = [s for s in todo if s not in skipped]
-    print(f"{part}: {len(shapes)} shapes, {len(shapes) - len(todo) - len(skipped)} solved, {len(todo)} to solve, {len(skipped)} left by the limits")
+    solved = len(shapes) - len(todo) - len(skipped)
+    print(f"{part}: {len(shapes)} shapes, {solved} solved, {len(todo)} to solve, {len(skipped)} left by the limits")
     rate = 0.0  # seconds a GFLOP, of the last shape solved
     for shape in todo:
         if time.monotonic() + rate * gflop(shape) > deadline:
@@ -251,7 +258,7 @@ def write_page(ledger: Path) -> None:
     """docs/bench_solve.md's generated part: the grid's full and fast values, the table's shapes."""
     rows = read_ledger(ledger)
     grid = sorted((r for r in rows if r["part"] == "grid"), key=lambda r: (_key(r)[1:], r["kind"]))
-    table = sorted((r for r in rows if r["part"] == "table"), key=gflop)
+    table = sorted((r for r in rows if r["part"] in ("table", "common")), key=gflop)
     differ = [r for r in grid if abs(r["fast"] - r["mass"]) > 0.01]
     stopped = [r for r in grid if r["fast_steps"] < STEPS]
     pending = len(grid_shapes()) - len(grid)
@@ -268,11 +275,21 @@ def write_page(ledger: Path) -> None:
         tokens = r["grid"][0] * r["grid"][1]
         cells = [r["kind"], tokens, r["width"], r["heads"], r["kernel"], r["mass"], r["fast"], r["fast_steps"]]
         lines.append("| " + " | ".join(map(str, [*cells, r["seconds"], r["device"]])) + " |")
-    shapes = table_shapes()
-    names = sum(len(shape["models"]) for shape in shapes)
-    lines += ["", f"The table `impulse` ships (src/structinit/inits/paper_sharpness.json): {len(table)} of the"]
-    lines[-1] += f" {len(shapes)} shapes of timm's ViTs and structinit's presets ({names} names); the others are"
-    lines[-1] += " solved at their first use.\n"
+    keys = {_key(r) for r in table}
+    registered, common = table_shapes(), common_shapes()
+    names = sum(len(shape["models"]) for shape in registered)
+    lines += ["", f"The table `impulse` ships (src/structinit/inits/paper_sharpness.json), {len(table)} shapes:"]
+    lines[-1] += f" {sum(_key(s) in keys for s in registered)} of the {len(registered)} shapes of timm's ViTs and"
+    lines[-1] += f" structinit's presets ({names} names), {sum(_key(s) in keys for s in common)} of the"
+    lines[-1] += f" {len(common)} common shapes (`--part common`: timm's families at {IMAGE_SIDES[0]}-{IMAGE_SIDES[-1]}"
+    lines[-1] += f" px, patches {PATCHES[0]}-{PATCHES[-1]}, a solve over {COMMON_GFLOP} GFLOP); the others are solved"
+    lines[-1] += " at their first use."
+    checks = [r for r in rows if r["part"] == "check"]
+    if checks:
+        gap = max(abs(r["mass"] - r["against"]) for r in checks)
+        lines[-1] += f" The same shape solved on a CPU and on {checks[0]['device']} (`--part check`, {len(checks)}"
+        lines[-1] += f" shapes): values {gap:.2f} apart at most (the solve's float rounding over 10,000 Adam steps)."
+    lines[-1] += "\n"
     lines += ["| models | kind | grid | width | heads | LayerNorm eps | value | seconds | machine |", "|" + "---|" * 9]
     for r in table:
         names = ", ".join(r["models"][:3]) + (f" and {len(r['models']) - 3} more" if len(r["models"]) > 3 else "")

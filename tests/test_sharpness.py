@@ -240,6 +240,32 @@ def test_the_table_serves_the_presets_and_the_readme_model_without_a_solve(cache
     assert not cache.exists()
 
 
+@pytest.mark.parametrize(
+    "name, image, patch",
+    [("vit_small_patch16_224", 64, 4), ("vit_base_patch16_224", 96, 8), ("deit_tiny_patch16_224", 128, 8)],
+)
+def test_the_table_serves_timms_families_at_the_sizes_small_data_is_trained_at(cache, monkeypatch, name, image, patch):
+    """A user's first cold impulse on a common custom shape (issue 76: 65 s for vit_small at 64 px, patch 4, on a
+    2-core CPU without AVX-512) solves nothing: the shipped table has it (solve_grid.py --part common)."""
+    monkeypatch.setattr(sharpness, "paper_solve", None)  # any solve would fail
+    model = timm.create_model(name, img_size=image, patch_size=patch, num_classes=10)
+    assert structinit.initialize(model, "impulse", seed=0).source["target_fidelity"].endswith("structinit's table)")
+    assert not cache.exists()
+
+
+def test_the_shipped_table_is_the_ledgers_full_solves():
+    """Every entry is a line of docs/solve-grid.jsonl (solve_grid.py --write), its value the full solve's."""
+    rows = {
+        (r["kind"], *r["grid"], r["width"], r["heads"], r["kernel"], r["eps"]): r["mass"]
+        for r in map(json.loads, LEDGER.read_text().splitlines())
+        if r["part"] in ("table", "common")
+    }
+    entries = json.loads(sharpness.TABLE.read_text())["entries"]
+    assert len(entries) == len(rows) >= 100
+    for e in entries:
+        assert rows[(e["kind"], *e["grid"], e["width"], e["heads"], e["kernel"], e["eps"])] == e["mass"]
+
+
 def test_the_table_matches_the_pseudo_input_itself():
     pseudo = sharpness.standard_pseudo("learned", (8, 8), 192, 1e-6)
     assert sharpness.table_value(pseudo, (8, 8), 3, 3) == 0.99
