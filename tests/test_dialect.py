@@ -39,6 +39,7 @@ def test_timm_flag_names_mean_the_same_as_ours():
     timms = config_of(
         "--aa",
         "rand-m9-n2",
+        "--model-ema",
         "--model-ema-decay",
         "0.99",
         "--torchcompile",

@@ -23,6 +23,7 @@ from torch import nn
 from . import memory
 from .errors import RunError, first_line
 from .inits.api import initialize
+from .inits.fork_kwargs import fork_init
 from .inits.labels import DEFAULT, InitSpec
 from .inits.registry import family_of
 from .memory import allocations_checked, check_fits, estimated_bytes, init_work, model_bytes
@@ -99,6 +100,9 @@ def check_model_kwargs(kwargs: dict[str, Any], where: str = "--model-kwargs") ->
             raise ValueError(f"{where} {key}={value}: timm reads any text as true; give True or False")
         if text in NOT_NUMBERS or (isinstance(value, float) and not math.isfinite(value)):
             raise ValueError(f"{where} {key}={value}: give a finite number")
+    if "post_weight_init" in kwargs:  # the authors' fork's keyword, which timm lacks: the CLI reads it as a label
+        label = fork_init(kwargs, where)[0]
+        raise ValueError(f"{where} post_weight_init is the authors' fork's (timm lacks it): give --init {label}")
     loading = [k for k in LOADING_KWARGS if kwargs.get(k)]
     if loading:
         raise ValueError(

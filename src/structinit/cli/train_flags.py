@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import argparse
+import warnings
 from pathlib import Path
 from typing import Any
 
+from ..data.torchvision_sets import is_timm_dataset, timm_data
 from ..training.setting import GROUPS, Setting, flag
 from ..training.settings import SETTING_DEFAULTS, SETTINGS, TrainConfig
 from .model_flags import ASSIGNMENTS
+from .timm_flags import add_timm_flags, timm_values
 
 # `train --filters`, for ConvMixer: the init label each choice stands for
 FILTERS = {
@@ -68,7 +71,7 @@ def add_train_arguments(parser: argparse.ArgumentParser, grid: bool = False) -> 
         if grid and name in GRID_FLAGS:
             add(*GRID_FLAGS[name][0], **GRID_FLAGS[name][1])
         elif about.flag and (about.grid or not grid):
-            add(*setting_flags(name, about), **setting_arguments(name, about))
+            add(*setting_flags(name, about), **{**setting_arguments(name, about), **TIMM_FORMS.get(name, {})})
         if name == "init" and not grid:
             groups["model"].add_argument(
                 "--filters",
@@ -86,7 +89,22 @@ def add_train_arguments(parser: argparse.ArgumentParser, grid: bool = False) -> 
             )
         if name == "ema_decay":
             add("--model-ema", action="store_true", help=f"keep an EMA of the weights (decay {EMA_DECAY} unless given)")
+            add("--model-ema-decay", type=float, metavar="X", help="timm's: the decay of --model-ema (alone: no EMA)")
+        if name == "amp":
+            add("--amp-dtype", choices=sorted(AMP_DTYPES), help="timm's: the autocast dtype (--amp float16/bfloat16)")
+    if not grid:
+        add_timm_flags(parser)
     return groups
+
+
+RESUME_HELP = "continue the run in --out, or PATH (default: no)"
+# timm's forms of structinit's flags: a bare --amp (mixed precision on: structinit's auto picks the dtype by
+# device), --resume PATH (a run's directory or its last.pt) beside a bare --resume
+TIMM_FORMS: dict[str, dict[str, Any]] = {
+    "amp": {"nargs": "?", "const": "auto"},
+    "resume": {"action": "store", "nargs": "?", "const": True, "metavar": "PATH", "help": RESUME_HELP},
+}
+AMP_DTYPES = {"float16": "fp16", "bfloat16": "bf16"}  # timm's --amp-dtype -> structinit's --amp
 
 
 # the settings `compare` takes as its own flags: the subset sizes it goes through, the grid's directory
@@ -131,6 +149,8 @@ def setting_arguments(name: str, about: Setting) -> dict[str, Any]:
         arguments["metavar"] = about.metavar
     if about.choices:
         arguments["choices"] = list(about.choices)
+    if about.nargs:
+        arguments["nargs"] = about.nargs
     return arguments
 
 
@@ -143,14 +163,14 @@ def shown_default(value: Any) -> str:
 
 def train_values(args: argparse.Namespace) -> dict[str, Any]:
     """The training settings given on the command line (not the preset's or the defaults)."""
-    values = {**data_values(args)}
+    values = {**data_values(args), **timm_values(args), **timm_model_values(args)}
     for name, about in SETTINGS.items():
         value = getattr(args, name, None)
-        if value is None or name == "preset" or (name == "per_class" and isinstance(value, str)):
-            continue  # the preset is resolved first; compare's subset sizes are its own
+        if value is None or name in values or name == "preset" or (name == "per_class" and isinstance(value, str)):
+            continue  # read above; the preset is resolved first; compare's subset sizes are its own
         values[name] = about.parse(value, flag(name)) if about.parse else value
-    if args.model_ema and args.ema_decay is None:
-        values["ema_decay"] = EMA_DECAY
+    values.update(ema_values(args))
+    values.update(lr_values(args))
     if getattr(args, "filters", None):
         if args.init:
             raise ValueError("--filters and --init both set the init: give one")
@@ -158,13 +178,85 @@ def train_values(args: argparse.Namespace) -> dict[str, Any]:
     return values
 
 
-def data_values(args: argparse.Namespace) -> dict[str, Any]:
-    """The settings of the positional DIR (--data imagefolder:DIR) and of --input-size (--img-size)."""
+def ema_values(args: argparse.Namespace) -> dict[str, Any]:
+    """--ema-decay (structinit's: EMA on), or timm's --model-ema [--model-ema-decay X]; timm's decay alone
+    keeps no EMA, as in timm (a note says so)."""
+    from ..errors import Notice
+
+    decay, timm_decay = args.ema_decay, getattr(args, "model_ema_decay", None)
+    if decay is not None and timm_decay is not None and decay != timm_decay:
+        raise ValueError(f"--ema-decay {decay} and --model-ema-decay {timm_decay} set the same decay: give one")
+    if decay is not None or not (args.model_ema or timm_decay is not None):
+        return {}
+    if not args.model_ema:
+        note = f"--model-ema-decay {timm_decay} without --model-ema: no EMA, as in timm (add --model-ema for one)"
+        warnings.warn(note, Notice, stacklevel=3)
+        return {}
+    return {"ema_decay": EMA_DECAY if timm_decay is None else timm_decay}
+
+
+def lr_values(args: argparse.Namespace) -> dict[str, Any]:
+    """--lr given beside --lr-base: the lr is --lr's, as timm's train.py takes it (--lr-base is then unused)."""
+    if getattr(args, "lr", None) is None or getattr(args, "lr_base", None) is None:
+        return {}
+    from ..errors import Notice
+
+    warnings.warn(f"--lr {args.lr} given: --lr-base {args.lr_base} is unused, as in timm", Notice, stacklevel=3)
+    return {"lr_base": None}
+
+
+def timm_model_values(args: argparse.Namespace) -> dict[str, Any]:
+    """timm's --amp-dtype, --resume PATH and the authors' fork's --model-kwargs weight_init/post_weight_init
+    (as the init label that makes the same weights, said in a note)."""
     values: dict[str, Any] = {}
-    if getattr(args, "folder", None):
-        if args.data is not None:
-            raise ValueError(f"DIR {args.folder} and --data {args.data} both name the data: give one")
-        values["data"] = f"imagefolder:{args.folder}"
+    dtype = getattr(args, "amp_dtype", None)
+    if dtype is not None:
+        if args.amp not in (None, "auto", AMP_DTYPES[dtype]):
+            raise ValueError(f"--amp {args.amp} and --amp-dtype {dtype}: give one")
+        values["amp"] = AMP_DTYPES[dtype]
+    if isinstance(getattr(args, "resume", None), str):
+        args.out, args.resume = resumed_run(args.resume, args.out), True  # the command resumes args.out
+    if getattr(args, "model_kwargs", None):
+        values.update(fork_values(args))
+    return values
+
+
+def fork_values(args: argparse.Namespace) -> dict[str, Any]:
+    from ..errors import Notice
+    from ..inits.fork_kwargs import fork_init
+
+    kwargs = SETTINGS["model_kwargs"].parse(args.model_kwargs, "--model-kwargs")
+    label, rest = fork_init(kwargs)
+    if label is None:
+        return {}
+    given = " ".join(f"{k}={v}" for k, v in kwargs.items() if k in ("weight_init", "post_weight_init"))
+    if getattr(args, "init", None) or getattr(args, "filters", None):
+        raise ValueError(f"--model-kwargs {given} sets the init, as --init does: give one")
+    warnings.warn(f"--model-kwargs {given}: the init --init {label}", Notice, stacklevel=4)
+    return {"init": label, "model_kwargs": rest}
+
+
+def resumed_run(path: str, out: str | None) -> str:
+    """timm's --resume PATH: the run's directory (PATH, or the folder of its last.pt); --out, if given, the same."""
+    run = Path(path).parent if Path(path).name == "last.pt" else Path(path)
+    if Path(path).is_file() and Path(path).name != "last.pt":
+        raise ValueError(f"--resume {path}: structinit resumes a run: give its directory or its last.pt")
+    if out is not None and Path(out).resolve() != run.resolve():
+        raise ValueError(f"--resume {path} and --out {out} name different runs: give one")
+    return str(run)
+
+
+def data_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings of the positional DIR (--data imagefolder:DIR, or the root of timm's --dataset torch/NAME),
+    of timm's --dataset names (data/torchvision_sets.py) and of --input-size (--img-size)."""
+    values: dict[str, Any] = {}
+    spec, folder = getattr(args, "data", None), getattr(args, "folder", None)
+    if spec is not None and is_timm_dataset(spec):
+        values.update(timm_data(spec, folder, getattr(args, "data_root", None)))
+    elif folder:
+        if spec is not None:
+            raise ValueError(f"DIR {folder} and --data {spec} both name the data: give one")
+        values["data"] = f"imagefolder:{folder}"
     if getattr(args, "input_size", None):
         _, height, width = args.input_size
         if height != width or (args.img_size is not None and args.img_size != height):

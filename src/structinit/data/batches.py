@@ -6,7 +6,6 @@ share; the same epoch and generator give the same batches."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -15,34 +14,15 @@ from timm.data.random_erasing import RandomErasing
 from torch import nn
 from tqdm.auto import tqdm
 
-from .augment import BatchAugment
+from .augment import BatchAugment, centre_crop
 from .datasets import Relabelled, StreamData, TensorData
+from .feed import Feed, per_channel
 from .imagefolder import ImageError
 from .randaugment import keep_zero_bits
 from .subsets import stratified_head
 from .transfer import to_device
 
 Batch = tuple[torch.Tensor, torch.Tensor]
-
-
-@dataclass
-class Feed:
-    """How a run feeds its model: the batch of one process (the global batch / `world`), its place among
-    the processes, the split it evaluates on and the augmentation of training batches."""
-
-    batch: int
-    eval_batch: int
-    eval_split: str = "test"
-    rank: int = 0
-    world: int = 1
-    crop_padding: int | None = None  # None: image size / 8
-    flip: bool | None = None  # None: on, except for digits and svhn
-    randaugment: str | None = None
-    reprob: float = 0.0
-    workers: int = 0
-    seed: int = 0
-    show: bool = False  # a progress bar over each epoch's steps
-    eval_per_class: int | None = None  # evaluate(subset=True): up to this many images a class, drawn once
 
 
 def dataset_labels(dataset: torch.utils.data.Dataset) -> torch.Tensor:
@@ -83,11 +63,12 @@ class InMemoryBatches:
     batch at a time from the epoch's generator."""
 
     def __init__(self, data: TensorData, model: nn.Module, feed: Feed, device: torch.device, mixup: Mixup | None):
+        feed.check_in_memory()
         self.data, self.feed, self.device = data, feed, device
-        self.mean, self.std = normalisation(model, data.image_shape[0])
+        self.mean, self.std = normalisation(model, data.image_shape[0], feed)
         padding = feed.crop_padding if feed.crop_padding is not None else data.image_shape[1] // 8
-        flip = feed.flip if feed.flip is not None else data.name not in ("digits", "svhn")
-        self.augment = BatchAugment(self.mean, self.std, padding, flip, mixup, feed.randaugment)
+        flip, jitter = feed.flip_probability(data.name), feed.jitter(streamed=False)
+        self.augment = BatchAugment(self.mean, self.std, padding, flip, mixup, feed.randaugment, jitter)
         self.images, self.labels = data.train_images.to(device), data.train_labels.to(device)
         self.eraser = RandomErasing(feed.reprob, mode="pixel", device=str(device)) if feed.reprob > 0 else None
         self.steps = len(self.labels) // (feed.batch * feed.world)
@@ -115,18 +96,25 @@ class InMemoryBatches:
         normalise = BatchAugment(self.mean, self.std).normalise
         chosen = self.subset if subset and self.subset is not None else torch.arange(len(labels))
         for index in chosen[feed.rank :: feed.world].split(feed.eval_batch):
-            yield normalise(images[index].to(self.device)), labels[index].to(self.device)
+            batch = images[index].to(self.device)
+            if feed.crop_pct is not None:
+                batch = centre_crop(batch, feed.crop_pct, feed.interpolation or "bicubic")
+            yield normalise(batch), labels[index].to(self.device)
+
+    def lines(self) -> list[str]:
+        """What timm's transforms given became (Feed.lines)."""
+        return self.feed.lines(streamed=False, data_name=self.data.name)
 
 
 class StreamBatches:
     """Images read by DataLoader workers through timm's transforms, with a DistributedSampler under DDP."""
 
     def __init__(self, data: StreamData, model: nn.Module, feed: Feed, device: torch.device, mixup: Mixup | None):
-        self.feed, self.device, self.mixup = feed, device, mixup
+        self.feed, self.device, self.mixup, self.name = feed, device, mixup, data.name
         self.train_loader, self.eval_loader, self.subset_loader = _loaders(data, model, feed)
         subset = self.subset_loader.dataset if self.subset_loader is not None else None
         self.eval_counts = (len(self.eval_loader.dataset), _count(subset))
-        self.steps = len(data.train_labels) // (feed.batch * feed.world)
+        self.steps = len(self.train_loader)  # the sampler's share, in whole batches (timm's RepeatAugSampler: its own)
 
     def train(self, epoch: int, generator: torch.Generator) -> Iterator[Batch]:
         if self.feed.world > 1:
@@ -140,6 +128,9 @@ class StreamBatches:
         for images, labels in _named_images(loader):
             yield images.to(self.device), labels.to(self.device)
 
+    def lines(self) -> list[str]:
+        return self.feed.lines(streamed=True, data_name=self.name)
+
 
 def _count(items) -> int | None:
     return len(items) if items is not None else None
@@ -149,12 +140,16 @@ def _progress(items, epoch: int, steps: int, show: bool):
     return tqdm(items, desc=f"epoch {epoch + 1}", leave=False, disable=not show or None, total=steps)
 
 
-def normalisation(model: nn.Module, channels: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """The mean and std the model's pretrained config names (0.5 for each channel otherwise)."""
+def normalisation(model: nn.Module, channels: int, feed: Feed | None = None) -> tuple[tuple[float, ...], ...]:
+    """The mean and std of each channel: the feed's --mean and --std, else those the model's pretrained config
+    names (0.5 for each channel otherwise)."""
     config = getattr(model, "pretrained_cfg", {}) or {}
     mean, std = config.get("mean", (0.5,) * 3), config.get("std", (0.5,) * 3)
     if channels != len(mean):
         mean, std = (0.5,) * channels, (0.5,) * channels
+    if feed is not None:
+        mean = per_channel(feed.mean, "--mean", channels) or mean
+        std = per_channel(feed.std, "--std", channels) or std
     return tuple(mean), tuple(std)
 
 
@@ -181,19 +176,30 @@ def normalised_images(model: nn.Module, data: TensorData | StreamData, count: in
 def _loaders(data: StreamData, model: nn.Module, feed: Feed):
     """DataLoaders with timm's transforms (and a DistributedSampler under DDP) for large images."""
     data_config = _data_config(model)
+    for name in ("mean", "std"):  # --mean/--std given, else timm's config of the model as before
+        data_config[name] = per_channel(getattr(feed, name), f"--{name}", data.channels) or data_config[name]
     train_tf = keep_zero_bits(
         create_transform(
             **data_config,
             is_training=True,
             auto_augment=feed.randaugment,
             re_prob=feed.reprob,
-            hflip=0.5 if feed.flip is not False else 0.0,
+            hflip=feed.flip_probability(data.name),
+            color_jitter=feed.jitter(streamed=True) or None,
+            scale=feed.scale,
+            ratio=feed.ratio,
         )
     )
-    test_tf = create_transform(**data_config, is_training=False)
+    evaluated = {**data_config, **{k: getattr(feed, k) for k in ("crop_pct", "interpolation") if getattr(feed, k)}}
+    test_tf = create_transform(**evaluated, is_training=False)
     train_set = _Transformed(data.train, train_tf)
     test_set = _Transformed(data.val if feed.eval_split == "val" else data.test, test_tf)
-    if feed.world > 1:
+    if feed.world > 1 and feed.aug_repeats:
+        from timm.data.distributed_sampler import RepeatAugSampler
+
+        sampler = RepeatAugSampler(train_set, feed.world, feed.rank, shuffle=True, num_repeats=feed.aug_repeats)
+        test_sampler = torch.utils.data.DistributedSampler(test_set, feed.world, feed.rank, shuffle=False)
+    elif feed.world > 1:
         sampler = torch.utils.data.DistributedSampler(
             train_set, feed.world, feed.rank, shuffle=True, seed=feed.seed, drop_last=True
         )
@@ -201,7 +207,9 @@ def _loaders(data: StreamData, model: nn.Module, feed: Feed):
     else:
         sampler, test_sampler = torch.utils.data.RandomSampler(train_set), None
     common: dict[str, Any] = dict(
-        num_workers=feed.workers, pin_memory=torch.cuda.is_available(), persistent_workers=feed.workers > 0
+        num_workers=feed.workers,
+        pin_memory=feed.pin_memory if feed.pin_memory is not None else torch.cuda.is_available(),
+        persistent_workers=feed.workers > 0,
     )
     train_loader = torch.utils.data.DataLoader(train_set, feed.batch, sampler=sampler, drop_last=True, **common)
     test_loader = torch.utils.data.DataLoader(test_set, feed.eval_batch, sampler=test_sampler, **common)

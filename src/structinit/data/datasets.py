@@ -29,14 +29,8 @@ from .imagefolder import (
     split_dirs,
 )
 from .subsets import stratified_split
+from .torchvision_sets import TORCHVISION_SETS, open_torchvision
 
-# names of the paper's datasets -> torchvision class names (downloaded with --download where online)
-TORCHVISION_SETS = dict(
-    zip(
-        ["cifar10", "cifar100", "svhn", "stl10", "flowers102", "pets", "food101"],
-        ["CIFAR10", "CIFAR100", "SVHN", "STL10", "Flowers102", "OxfordIIITPet", "Food101"],
-    )
-)
 IN_MEMORY_SETS = {"digits", "cifar10", "cifar100", "svhn", "stl10"}
 DATASETS_HELP = (
     "digits | imagefolder:PATH | cifar10 | cifar100 | svhn | stl10 | flowers102 | pets | food101 | imagenet:PATH, "
@@ -57,6 +51,7 @@ class TensorData:
     classes: list[str]
     val_images: torch.Tensor | None = None
     val_labels: torch.Tensor | None = None
+    eval_folder: str | None = None  # an image folder's evaluation folder (val, test, ...): its test images
 
     @property
     def num_classes(self) -> int:
@@ -84,10 +79,18 @@ class StreamData:
     channels: int = 3
     val: torch.utils.data.Dataset | None = None
     image_size: int | None = None  # the first training image's shorter side, where known
+    eval_folder: str | None = None  # as TensorData's
 
     @property
     def num_classes(self) -> int:
         return len(self.classes)
+
+
+def evaluated_on(data: TensorData | StreamData, split: str) -> str:
+    """The evaluation split as lines and records name it: an image folder's evaluation folder by its name (val/)
+    where that is not test/ (its metrics keep the split's name, test_top1), else the split ("test" or "val")."""
+    folder = data.eval_folder
+    return f"{folder}/" if split == "test" and folder not in (None, "test") else split
 
 
 def parse_spec(spec: str) -> tuple[str, Path | None]:
@@ -195,13 +198,13 @@ def _imagefolder(
     if max(size) > SMALL_IMAGE_PX:
         train = ImageFiles(train_files, train_labels, classes, train_digests)
         test = ImageFiles(test_files, test_labels, classes, test_digests)
-        return StreamData(name, train, test, torch.tensor(train_labels), list(classes), image_size=min(size))
+        labels = torch.tensor(train_labels)
+        return StreamData(name, train, test, labels, list(classes), image_size=min(size), eval_folder=test_dir.name)
     sized_as = None if img_size else train_files[0]
     train_images = decode_cached(train_files, train_digests, size, sized_as, cache_dir)
     test_images = decode_cached(test_files, test_digests, size, sized_as, cache_dir)
-    return TensorData(
-        name, train_images, torch.tensor(train_labels), test_images, torch.tensor(test_labels), list(classes)
-    )
+    tensors = torch.tensor(train_labels), test_images, torch.tensor(test_labels)
+    return TensorData(name, train_images, *tensors, list(classes), eval_folder=test_dir.name)
 
 
 def resized(data: TensorData, size: int) -> TensorData:
@@ -241,6 +244,7 @@ def only_classes(data: TensorData | StreamData, names: list[str], spec: str) -> 
             data.test_images[test],
             relabel[data.test_labels[test]],
             [data.classes[i] for i in kept],
+            eval_folder=data.eval_folder,
         )
     test_labels = torch.as_tensor(_targets(data.test))
     train_keep = torch.nonzero(relabel[data.train_labels] >= 0).flatten().tolist()
@@ -253,6 +257,7 @@ def only_classes(data: TensorData | StreamData, names: list[str], spec: str) -> 
         [data.classes[i] for i in kept],
         data.channels,
         image_size=data.image_size,
+        eval_folder=data.eval_folder,
     )
 
 
@@ -309,29 +314,8 @@ def _listed(dataset: torch.utils.data.Dataset | None) -> tuple[ImageFiles | None
     return dataset, indices
 
 
-def _torchvision(name: str, root: Path, download: bool, train: bool):
-    import torchvision.datasets as tvd
-
-    cls = getattr(tvd, TORCHVISION_SETS[name])
-    if name in ("svhn", "stl10", "flowers102", "food101"):
-        kwargs = {"split": "train" if train else "test"}
-    elif name == "pets":
-        kwargs = {"split": "trainval" if train else "test"}
-    else:
-        kwargs = {"train": train}
-    try:
-        return cls(str(root / name), download=download, **kwargs)
-    except RuntimeError as error:
-        if download:
-            raise
-        raise FileNotFoundError(
-            f"{name} is not under {root / name} ({error}); pass --download to fetch it (needs internet), "
-            f"or use --data {name}:PATH for an ImageFolder copy"
-        ) from None
-
-
 def _torchvision_arrays(name: str, root: Path, download: bool) -> TensorData:
-    sets = [_torchvision(name, root, download, train) for train in (True, False)]
+    sets = [open_torchvision(name, root, download, train) for train in (True, False)]
     arrays = []
     for ds in sets:
         data = torch.from_numpy(np.asarray(ds.data))
@@ -344,7 +328,7 @@ def _torchvision_arrays(name: str, root: Path, download: bool) -> TensorData:
 
 
 def _torchvision_stream(name: str, root: Path, download: bool) -> StreamData:
-    train, test = (_torchvision(name, root, download, t) for t in (True, False))
+    train, test = (open_torchvision(name, root, download, t) for t in (True, False))
     labels = getattr(train, "_labels", None) or getattr(train, "targets", None)
     classes = list(getattr(train, "classes", [str(i) for i in range(max(labels) + 1)]))
     return StreamData(name, train, test, torch.as_tensor(labels), classes)

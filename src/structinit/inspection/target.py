@@ -48,7 +48,7 @@ def load_target(
                 given = f" built for --data {data}" if data else ""
                 raise RunError(f"{run / 'last.pt'} does not fit the model{given} ({first_line(error)})") from None
             check_weights(str(run / "last.pt"), checkpoint["model"], model)
-            state = f"trained {checkpoint['epoch']} of {config.epochs} epochs"
+            state = f"trained {checkpoint['epoch']} of {config.total_epochs} epochs"
         title = f"{config.model}, {config.init} init (seed {config.seed}), {state} on {config.data}"
     else:
         if run.exists():

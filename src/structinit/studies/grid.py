@@ -274,7 +274,7 @@ class _GridProgress:
         from tqdm.auto import tqdm
 
         self.runs = [Path(c.out) for c in configs]
-        total = sum(c.epochs for c in configs)
+        total = sum(c.total_epochs for c in configs)
         self.bar = tqdm(total=total, desc=f"grid ({len(configs)} runs)", unit="epoch", disable=disable or None)
         self.finished, self.count = 0, len(configs)
         self.update()

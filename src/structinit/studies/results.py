@@ -60,6 +60,14 @@ def collect(out: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def row_at(run: Path, epoch: int) -> dict[str, Any]:
+    """A run's row as of `epoch`, finished or not: its log's line of that epoch as its summary (choose's table,
+    every run at the epoch all of them reached)."""
+    resolved, ran = read_run_config(run / "config.yaml")
+    curve = MetricsLog(run).epochs()[:epoch]
+    return _row(run, {**curve[-1], "epochs_done": epoch}, resolved, ran or {}, curve)
+
+
 # how a finished run's record is put back together from its checkpoint
 REPAIR = "structinit train --resume --out RUN puts it back from its checkpoint (delete a damaged summary.json first)"
 
@@ -76,8 +84,10 @@ def _checked_record(path: Path) -> tuple[dict[str, Any], TrainConfig, dict[str, 
         raise RunError(f"{path}/metrics.jsonl ends at epoch {last}, its summary.json at {done!r}: {REPAIR}")
     if not summary_of_the_run(curve, summary):
         raise RunError(f"{path}/summary.json is not the run's (its metrics are not the log's epoch {done}): {REPAIR}")
-    if done != resolved.epochs:
-        raise RunError(f"{path}/summary.json ends at epoch {done}, its config.yaml at {resolved.epochs}: {REPAIR}")
+    if done != resolved.total_epochs:
+        raise RunError(
+            f"{path}/summary.json ends at epoch {done}, its config.yaml at {resolved.total_epochs}: {REPAIR}"
+        )
     if not {f"{split}_top1", f"{split}_top5"} <= curve[-1].keys():
         raise RunError(f"{path}/metrics.jsonl's last epoch has no evaluation on {split}, as a run's has: {REPAIR}")
     if (path / "last.pt").exists():

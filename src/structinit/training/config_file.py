@@ -43,6 +43,7 @@ def config_values(values: Any, source: str) -> dict[str, Any]:
         if kernel_size is not None and InitSpec.parse(label).kernel_size is None and KERNEL_SIZE not in legacy:
             legacy[KERNEL_SIZE] = kernel_size
         values["init"] = with_options(label, legacy)
+    values = with_cooldown_after(values)
     known = set(SETTINGS)
     unknown = sorted(str(k) for k in set(values) - known)
     if unknown:
@@ -55,6 +56,18 @@ def config_values(values: Any, source: str) -> dict[str, Any]:
         except ValueError as error:
             raise ValueError(f"{source}: {error}") from None
     return values
+
+
+def with_cooldown_after(values: dict[str, Any]) -> dict[str, Any]:
+    """A run recorded before 0.6.0 (a whole record, `resume` in it, without the settings 0.6.0 added) counted
+    its --cooldown-epochs inside --epochs; since, they follow --epochs, as in timm. Its record is read with
+    the same schedule in today's terms: --epochs less the cool-down."""
+    cooldown, epochs = values.get("cooldown_epochs"), values.get("epochs")
+    if "resume" not in values or "lr_base_size" in values or type(cooldown) is not int or type(epochs) is not int:
+        return values
+    if not 0 < cooldown < epochs:
+        return values  # no cool-down, or not a record 0.5 could write: checked as it stands
+    return {**values, "epochs": epochs - cooldown}
 
 
 def read_config(path: str | Path) -> TrainConfig:

@@ -3,18 +3,32 @@ declared as every setting is (setting.py)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
-from .setting import GRID_AXIS, NEW, PLACE, SEED_BOUNDS, names, setting
+from .setting import GRID_AXIS, NEW, PLACE, SEED_BOUNDS, WATCHED, names, setting
 
+# (timm's --dataset torch/NAME reads that set under DIR, --dataset '' the folder DIR: docs/training.md)
 DATA_HELP = "digits | imagefolder:DIR | cifar10 | cifar100 | svhn | stl10 | flowers102 | pets | food101 | imagenet:DIR"
+SINCE = {"since": "0.6.0"}
+# the interpolations of timm's --interpolation (PIL's filters) that an evaluation resize takes
+INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "box", "hamming", "lanczos")
+
+
+def numbers(texts: list[str], flag: str) -> list[float]:
+    """A flag's words (timm's `--mean 0.485 0.456 0.406`) as numbers."""
+    try:
+        return [float(text) for text in texts]
+    except ValueError:
+        raise ValueError(f"{flag} takes numbers, e.g. {flag} 0.5, got {' '.join(texts)}") from None
 
 
 @dataclass
 class DataSettings:
     """The data, where it is, which part of it a run trains and evaluates on, and at what size."""
 
-    data: str = setting("digits", group="common", metavar="SPEC", help=DATA_HELP)
+    data: str = setting("digits", group="common", aliases=("--dataset",), metavar="SPEC", help=DATA_HELP)
     data_root: str = setting(
         "data",
         group="data",
@@ -37,7 +51,13 @@ class DataSettings:
         "evaluation/)",
         since="0.5.0",
     )
-    download: bool = setting(False, group="data", help="download a torchvision dataset (needs internet)", **PLACE)
+    download: bool = setting(
+        False,
+        group="data",
+        aliases=("--dataset-download",),
+        help="download a torchvision dataset into --data-dir/NAME (needs internet)",
+        **PLACE,
+    )
     cache_dir: str | None = setting(
         None,
         group="data",
@@ -108,3 +128,87 @@ class DataSettings:
         help="the number of classes the data must have (checked)",
         **NEW,
     )
+    mean: list[float] | None = setting(
+        None,
+        group="data",
+        parse=numbers,
+        nargs="+",
+        metavar="X",
+        help="normalisation mean of each channel (timm's; one value: every channel's; default: the model's, else 0.5)",
+        **SINCE,
+    )
+    std: list[float] | None = setting(
+        None,
+        group="data",
+        parse=numbers,
+        nargs="+",
+        metavar="X",
+        help="normalisation std of each channel (as --mean)",
+        **SINCE,
+    )
+    crop_pct: float | None = setting(
+        None,
+        group="data",
+        bounds="(0, 1]",
+        help="timm's evaluation crop: images resized to size / X, then the centre size x size taken (default: "
+        "streamed images the model's, 0.9 for ViTs; images in memory as they are)",
+        **SINCE,
+    )
+    interpolation: str | None = setting(
+        None,
+        group="data",
+        choices=INTERPOLATIONS,
+        help="the evaluation resize's interpolation (timm's; default: the model's, bicubic for ViTs)",
+        **SINCE,
+    )
+    pin_mem: bool | None = setting(
+        None, group="data", help="DataLoaders pin memory (default: on CUDA; timm's --pin-mem)", **SINCE, **WATCHED
+    )
+    hflip: float | None = setting(
+        None,
+        group="augment",
+        bounds="[0, 1]",
+        metavar="P",
+        help="flip training images left-right with probability P (timm's; default: 0.5, except digits and svhn: 0)",
+        **SINCE,
+    )
+    color_jitter: float | None = setting(
+        None,
+        group="augment",
+        bounds="[0, inf)",
+        help="timm's colour jitter of training images: brightness, contrast and saturation by factors in [1-X, 1+X], "
+        "off under an --aa policy as in timm (default: 0.4 on streamed images, timm's; off in memory)",
+        **SINCE,
+    )
+    scale: list[float] | None = setting(
+        None,
+        group="augment",
+        parse=numbers,
+        nargs=2,
+        metavar="X",
+        help="timm's RandomResizedCrop area range of streamed training images (default: 0.08 1)",
+        **SINCE,
+    )
+    ratio: list[float] | None = setting(
+        None,
+        group="augment",
+        parse=numbers,
+        nargs=2,
+        metavar="X",
+        help="its aspect-ratio range (default: 0.75 1.333)",
+        **SINCE,
+    )
+
+
+def check_data_settings(config: Any) -> None:
+    """What the declared types and bounds leave out: --mean and --std finite (--std positive), --scale and --ratio
+    positive ranges with MIN <= MAX (timm's RandomResizedCrop)."""
+    for name, low in (("mean", -math.inf), ("std", 0.0), ("scale", 0.0), ("ratio", 0.0)):
+        values = getattr(config, name)
+        if values is None:
+            continue
+        shown = f"--{name} {' '.join(f'{v:g}' for v in values)}"
+        if not values or not all(math.isfinite(v) and v > low for v in values):
+            raise ValueError(f"{shown}: give finite numbers{' above 0' if low == 0 else ''}")
+        if name in ("scale", "ratio") and (len(values) != 2 or values[0] > values[1]):
+            raise ValueError(f"{shown}: give the range as MIN MAX, MIN <= MAX")

@@ -50,6 +50,7 @@ def resume_changes(saved: dict[str, Any], asked: dict[str, Any], epochs_done: in
     if fixed:
         listed = ", ".join(f"{flag(k)} {changed[k][1]!r} (the run has {changed[k][0]!r})" for k in fixed)
         raise RunError(f"--resume cannot change {listed}: start a new run with another --out")
-    if asked.get("epochs", saved["epochs"]) < epochs_done:
+    total = asked.get("epochs", saved["epochs"]) + asked.get("cooldown_epochs", saved.get("cooldown_epochs", 0))
+    if total < epochs_done:
         raise RunError(f"--epochs {asked['epochs']}: the run has already done {epochs_done} epochs")
     return {k: v for k, v in changed.items() if k in RECORDED}

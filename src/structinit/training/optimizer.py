@@ -27,7 +27,8 @@ def optimizer_kernel(device: torch.device) -> dict[str, bool | None]:
 
 def create_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
     """timm's optimiser `config.opt` (no weight decay on norms, biases and position embeddings) at the
-    config's lr, decay, momentum, eps and betas (eps and betas: the optimiser's own unless given)."""
+    config's peak lr (--lr, or --lr-base's), decay, momentum, eps and betas (eps and betas: the optimiser's
+    own unless given), with timm's layer-wise lr decay where --layer-decay is given."""
     extra = {k: v for k, v in (("eps", config.opt_eps), ("betas", config.opt_betas)) if v is not None}
     if "betas" in extra:
         extra["betas"] = tuple(extra["betas"])
@@ -35,18 +36,24 @@ def create_optimizer(model: nn.Module, config: TrainConfig, device: torch.device
     if "fused" in inspect.signature(get_optimizer_class(name, bind_defaults=False)).parameters:
         extra.update(optimizer_kernel(device))
     return create_optimizer_v2(
-        model, config.opt, lr=config.lr, weight_decay=config.weight_decay, momentum=config.momentum, **extra
+        model,
+        config.opt,
+        lr=config.peak_lr,
+        weight_decay=config.weight_decay,
+        momentum=config.momentum,
+        layer_decay=config.layer_decay,
+        **extra,
     )
 
 
 def create_schedule(optimizer: torch.optim.Optimizer, config: TrainConfig, steps_per_epoch: int) -> Scheduler:
     """timm's schedule `config.sched` with linear warm-up, stepped once per optimiser step: every length
-    is given in steps (updates_per_epoch=1), the warm-up rounded to a whole step. --epochs is the whole
-    run, its last --cooldown-epochs at --min-lr."""
+    is given in steps (updates_per_epoch=1), the warm-up rounded to a whole step. It decays over --epochs,
+    then holds --min-lr for --cooldown-epochs more, as timm's train.py."""
     scheduler, _ = create_scheduler_v2(
         optimizer,
         sched=config.sched,
-        num_epochs=(config.epochs - config.cooldown_epochs) * steps_per_epoch,
+        num_epochs=config.epochs * steps_per_epoch,
         decay_epochs=config.decay_epochs * steps_per_epoch,
         decay_milestones=[m * steps_per_epoch for m in config.decay_milestones],
         cooldown_epochs=config.cooldown_epochs * steps_per_epoch,

@@ -13,13 +13,16 @@ from tqdm.auto import tqdm
 
 
 class Progress:
-    """The epochs `start` to `last` of a run evaluated on `split`; nothing where `show` is off (--quiet,
-    the processes other than the first)."""
+    """The epochs `start` to `last` of a run evaluated on `split` (its metrics' prefix; `name`: as the lines name
+    it); nothing where `show` is off (--quiet, the processes other than the first)."""
 
-    def __init__(self, start: int, last: int, show: bool, split: str, evaluated: Callable[[int], int]) -> None:
+    def __init__(
+        self, start: int, last: int, show: bool, split: str, evaluated: Callable[[int], int], name: str | None = None
+    ) -> None:
         self.bar = tqdm(range(start, last), desc="epochs", disable=not show or None, initial=start, total=last)
         self.lines = show and not sys.stdout.isatty()
         self.start, self.last, self.split, self.evaluated = start, last, split, evaluated
+        self.name = name or split  # as the lines name the split: an evaluation folder by its name (val/)
         self.training: list[float] = []  # seconds of each epoch's training
         self.per_image: list[float] = []  # seconds an evaluated image, of each evaluation
 
@@ -49,7 +52,7 @@ class Progress:
         done = metrics["epoch"]
         left = timedelta(seconds=round(self.left(done)))
         top1 = metrics.get(f"{self.split}_top1")
-        evaluated = f", {self.split} top-1 {top1:.2f}%" if top1 is not None else ""
+        evaluated = f", {self.name} top-1 {top1:.2f}%" if top1 is not None else ""
         return (
             f"epoch {done}/{self.last}: train loss {metrics['train_loss']:.4f}{evaluated}, "
             f"{metrics['img_per_s']:.0f} img/s, {left} left"

@@ -17,6 +17,7 @@ from torch import nn
 
 from ..data.batches import Feed
 from ..data.datasets import StreamData, TensorData, load_data
+from ..data.feed import TIMM_FLAGS
 from ..export import load_weights
 from ..inits.labels import InitSpec
 from ..measure import fidelity
@@ -87,7 +88,7 @@ class Recipe:
         the checkpoint's."""
         kernel = optimizer_kernel(self.device)
         for group in self.optimizer.param_groups:
-            group["initial_lr"] = self.config.lr
+            group["initial_lr"] = self.config.peak_lr
             group.update({k: v for k, v in kernel.items() if k in group})
         self.steps_per_epoch = steps_per_epoch
         self.scheduler = create_schedule(self.optimizer, self.config, steps_per_epoch)
@@ -141,10 +142,11 @@ def notices(config: TrainConfig, data: TensorData | StreamData) -> list[str]:
             f"--model {config.model} on {size} px images: patch {patch}, {grid}x{grid} tokens (choose with "
             "--model-kwargs patch_size=P, or another --model: structinit init --list-models)"
         )
+    peak = f"--lr {config.lr:g}" if config.lr_base is None else f"its peak {config.peak_lr:g} (--lr-base)"
     if config.warmup_epochs >= config.epochs:
         lines.append(
             f"--warmup-epochs {config.warmup_epochs:g} >= --epochs {config.epochs}: the whole run is warm-up and "
-            f"the lr never reaches --lr {config.lr:g}; give fewer --warmup-epochs"
+            f"the lr never reaches {peak}; give fewer --warmup-epochs"
         )
     return lines
 
@@ -179,6 +181,9 @@ def feed_of(config: TrainConfig, world: Dist, show: bool = False) -> Feed:
         seed=config.seed,
         show=show,
         eval_per_class=config.eval_per_class,
+        aug_repeats=config.aug_repeats,
+        **{name: getattr(config, name) for name in TIMM_FLAGS},
+        pin_memory=config.pin_mem,
     )
 
 
@@ -219,6 +224,7 @@ def model_of(
         data_size=data_size(config, data),
         drop_path=config.drop_path,
         teacher=config.teacher,
+        **({"drop_rate": config.drop_rate} if config.drop_rate else {}),
         **config.model_kwargs,
     )
     if config.initial_checkpoint and not checkpointed:

@@ -26,7 +26,7 @@ from torch import nn
 
 from ..adapters import unwrap
 from ..data.batches import batches_for
-from ..data.datasets import fingerprint
+from ..data.datasets import evaluated_on, fingerprint
 from ..errors import Notice, RunError, first_line
 from ..files import folders_to_make, remove_empty_folders
 from ..memory import check_fits
@@ -133,11 +133,12 @@ class Run:
         config, world = self.config, self.world
         checkpoint = self.dir.open(environment(self.device, resolve_amp(config.amp, self.device), world.world))
         summary = self.dir.out / "summary.json"
-        if checkpoint is not None and summary.exists() and checkpoint["epoch"] >= config.epochs:
+        if checkpoint is not None and summary.exists() and checkpoint["epoch"] >= config.total_epochs:
             return self.dir.read_summary()  # finished, nothing asked: no-op
         self.build(checkpointed=checkpoint is not None)
         start, last = self.restore(checkpoint), self.dir.last_epoch
-        progress = Progress(start, last, world.main and not config.quiet, config.eval_split, self.evaluated)
+        named = evaluated_on(self.data, config.eval_split)
+        progress = Progress(start, last, world.main and not config.quiet, config.eval_split, self.evaluated, named)
         metrics: dict[str, Any] = {}
         self.loggers = Loggers(config.log if world.main else [], self.dir.out, dataclasses.asdict(config), start)
         try:
@@ -171,6 +172,7 @@ class Run:
         if world.main:
             measure_init(self.recipe.report, self.recipe.model, self.data, config.init_spec.kernel_size or 3)
             self.startup = startup_lines(config, self.data, self.recipe.model, self.recipe.report, self.batches.steps)
+            self.startup += self.batches.lines()
             if not config.quiet:
                 print("\n".join(self.startup), flush=True)
 
@@ -225,8 +227,8 @@ class Run:
             "step": (epoch + 1) * updates,
             "train_loss": all_reduce_sum(total_loss, world).item() / (seen * world.world),
         }
-        if (epoch + 1) % config.eval_every == 0 or epoch + 1 == config.epochs:
-            subset = epoch + 1 < config.epochs or config.eval_final == "subset"
+        if (epoch + 1) % config.eval_every == 0 or epoch + 1 == config.total_epochs:
+            subset = epoch + 1 < config.total_epochs or config.eval_final == "subset"
             evaluating = time.perf_counter()
             metrics.update(self.evaluate(self.recipe.eval_forward, subset))
             if self.recipe.ema is not None:
@@ -245,9 +247,9 @@ class Run:
     def evaluated(self, epoch: int) -> int:
         """The images the evaluation after `epoch` (from 1) goes through (0: none)."""
         config, (whole, subset) = self.config, self.batches.eval_counts
-        if epoch % config.eval_every and epoch != config.epochs:
+        if epoch % config.eval_every and epoch != config.total_epochs:
             return 0
-        final = epoch == config.epochs and config.eval_final == "full"
+        final = epoch == config.total_epochs and config.eval_final == "full"
         return whole if final or subset is None else subset
 
     def evaluate(self, model: nn.Module, subset: bool = False) -> dict[str, float]:
@@ -305,7 +307,10 @@ class Run:
         takes the last logged epoch's metrics)."""
         if not metrics and self.world.main:
             metrics = (self.dir.log.epochs() or [{}])[-1]
-        summary = {"finished": last == self.config.epochs, "epochs_done": last, **metrics}
+        summary = {"finished": last == self.config.total_epochs, "epochs_done": last, **metrics}
+        named = evaluated_on(self.data, self.config.eval_split)
+        if named != self.config.eval_split:
+            summary["evaluated_on"] = named  # an evaluation folder by its name: its metrics keep the split's
         report = self.recipe.report.to_dict()
         summary["init"] = {k: report[k] for k in ("method", "mean_fidelity", "min_fidelity", "seconds")}
         if self.world.main and summary["finished"]:
@@ -319,7 +324,8 @@ def print_summary(summary: dict[str, Any], out: str | Path) -> None:
         return
     status = "finished" if summary["finished"] else f"stopped after epoch {summary['epochs_done']}"
     print(
-        f"{status}: {split} top-1 {summary[f'{split}_top1']:.2f}%, top-5 {summary[f'{split}_top5']:.2f}%, "
+        f"{status}: {summary.get('evaluated_on', split)} top-1 {summary[f'{split}_top1']:.2f}%, "
+        f"top-5 {summary[f'{split}_top5']:.2f}%, "
         f"train loss {summary['train_loss']:.4f} -> {out}"
     )
 

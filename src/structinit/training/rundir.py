@@ -44,7 +44,8 @@ class RunDir:
     def last_epoch(self) -> int:
         """The epoch this process trains to."""
         config = self.config
-        return config.epochs if config.stop_after is None else min(config.epochs, config.stop_after)
+        total = config.total_epochs
+        return total if config.stop_after is None else min(total, config.stop_after)
 
     def open(self, env: dict[str, Any]) -> dict[str, Any] | None:
         """A fresh run claims its directory and writes its config (returns None); a resumed one returns
@@ -113,10 +114,10 @@ class RunDir:
                 f"{self.out} has done {done} of its epochs, so {listed} would change nothing and nothing was "
                 "written: add --epochs N to train longer"
             )
-        if config.stop_after is not None and config.stop_after <= done < config.epochs:
+        if config.stop_after is not None and config.stop_after <= done < config.total_epochs:
             raise RunError(
                 f"--stop-after {config.stop_after}: {self.out} has already done {done} epochs, so it would train "
-                f"nothing: give a later epoch, or leave it out to train to epoch {config.epochs}"
+                f"nothing: give a later epoch, or leave it out to train to epoch {config.total_epochs}"
             )
         past = [e for e in config.snapshot_epochs if e <= done and not snapshot_path(self.out, e).exists()]
         if past and "snapshot_epochs" in changes:

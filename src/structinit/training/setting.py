@@ -33,7 +33,8 @@ class Setting:
     "recorded" (a resume may change it, and the log says so) or "schedule" (recorded, and it changes
     what the run trains from then on). `identity`: whether it decides what the run computes; `recipe`:
     whether a grid's recipe hash includes it (not the grid's own axes). `flag`: a `train` flag, and
-    `grid` a `compare` flag too; `parse` turns the flag's text into the value; `group`: its section
+    `grid` a `compare` flag too; `parse` turns the flag's text into the value (`nargs`: argparse's, for a
+    flag of several words, e.g. timm's `--mean R G B`: the list of their texts); `group`: its section
     of --help (GROUPS). `since`: the version that added it (runs recorded before did what its default
     does, so its default is no part of their identity or hash)."""
 
@@ -45,6 +46,7 @@ class Setting:
     metavar: str | None = None
     choices: tuple[str, ...] | None = None
     parse: Callable[[str, str], Any] | None = None
+    nargs: int | str | None = None
     bounds: str | None = None
     resume: str = "fixed"
     identity: bool = True

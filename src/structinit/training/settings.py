@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..inits.labels import InitSpec
-from .data_settings import DataSettings
 from .presets import load_preset
 from .setting import (
     GRID_AXIS,
@@ -23,7 +22,6 @@ from .setting import (
     assignments,
     check_value,
     float_list,
-    int_list,
     lower,
     names,
     optional_int_list,
@@ -33,6 +31,7 @@ from .setting import (
     flag as flag,  # studies/results.py takes it from here
 )
 from .settings_yaml import MAX_BYTES
+from .timm_settings import TimmSettings, scaled_lr
 
 SCHEDULES = ("cosine", "tanh", "step", "multistep", "poly")  # timm's schedules that need no metric
 COMPILE_HELP = "torch.compile the model (inductor); default: on CUDA only (--no-compile: eager there too)"
@@ -44,8 +43,9 @@ INIT_SHORT = "init label, e.g. impulse, timm (init --list-options); auto: mimeti
 
 
 @dataclass
-class TrainConfig(DataSettings):
-    """Everything a run depends on; saved as config.yaml, the data's settings (DataSettings) first.
+class TrainConfig(TimmSettings):
+    """Everything a run depends on; saved as config.yaml, the data's settings (DataSettings) first, then
+    timm's schedule shape, lr scaling, layer decay, dropout and repeated augmentation (TimmSettings).
     Defaults suit `--data digits` on a CPU."""
 
     model: str = setting(
@@ -76,7 +76,13 @@ class TrainConfig(DataSettings):
         since="0.3.2",
     )
     epochs: int = setting(
-        30, group="common", bounds="[1, inf)", metavar="N", help="epochs to train", resume="schedule", **GRID_AXIS
+        30,
+        group="common",
+        bounds="[1, inf)",
+        metavar="N",
+        help="epochs before --cooldown-epochs",
+        resume="schedule",
+        **GRID_AXIS,
     )
     batch_size: int = setting(
         128, group="common", aliases=("-b",), bounds="[1, inf)", metavar="N", help="global batch size"
@@ -105,30 +111,6 @@ class TrainConfig(DataSettings):
     warmup_epochs: float = setting(3, group="optim", bounds="[0, inf)", help="epochs of linear warm-up")
     warmup_lr: float = setting(1e-6, group="optim", bounds="[0, inf)", help="lr the warm-up starts at")
     min_lr: float = setting(1e-5, group="optim", bounds="[0, inf)", help="final lr (cosine, tanh, poly)")
-    cooldown_epochs: int = setting(
-        0,
-        group="optim",
-        bounds="[0, inf)",
-        help="the last K of --epochs held at --min-lr (cosine, tanh, poly)",
-        metavar="K",
-        **NEW,
-    )
-    decay_epochs: float = setting(90, group="optim", bounds="(0, inf)", help="epochs between decays (step)", **NEW)
-    decay_milestones: list[int] = setting(
-        [90, 180, 270],
-        group="optim",
-        parse=int_list,
-        metavar="E,E",
-        help="epochs to decay the lr at (multistep)",
-        **NEW,
-    )
-    decay_rate: float = setting(
-        0.1,
-        group="optim",
-        bounds="(0, inf)",
-        help="lr factor of each decay (step, multistep); the power of poly",
-        **NEW,
-    )
     smoothing: float = setting(0.1, group="augment", bounds="[0, 1)", help="label smoothing")
     mixup: float = setting(0.0, group="augment", bounds="[0, inf)", help="mixup alpha (0: off)")
     cutmix: float = setting(0.0, group="augment", bounds="[0, inf)", help="cutmix alpha (0: off)")
@@ -137,9 +119,9 @@ class TrainConfig(DataSettings):
     ema_decay: float | None = setting(
         None,
         group="augment",
-        aliases=("--model-ema-decay",),
         bounds="(0, 1)",
-        help="keep an EMA of the weights with this decay and report its accuracy",
+        help="keep an EMA of the weights with this decay and report its accuracy (timm's --model-ema "
+        "--model-ema-decay X)",
     )
     crop_padding: int | None = setting(None, flag=False)  # None: image size / 8
     flip: bool | None = setting(None, flag=False)  # None: on, except for digits and svhn
@@ -234,6 +216,20 @@ class TrainConfig(DataSettings):
         return cls(**{**values, "preset": preset})
 
     @property
+    def total_epochs(self) -> int:
+        """The epochs the run trains: --epochs, then --cooldown-epochs at --min-lr (timm's)."""
+        return self.epochs + self.cooldown_epochs
+
+    @property
+    def peak_lr(self) -> float:
+        """The lr the schedule rises to: --lr, or --lr-base scaled by the global batch as timm's train.py does."""
+        if self.lr_base is None:
+            return self.lr
+        return scaled_lr(
+            self.lr_base, self.lr_base_size, self.lr_base_scale, self.opt, self.batch_size, self.grad_accum_steps
+        )
+
+    @property
     def eval_split(self) -> str:
         """What the run evaluates on, and the prefix of its metrics: 'val' with a validation split
         (choose settings there; the test set is not touched), else 'test'."""
@@ -247,6 +243,7 @@ def check_config(config: TrainConfig) -> None:
     from ..data.datasets import parse_spec
     from ..data.randaugment import RandAugmentSpec
     from ..models import check_model_kwargs
+    from .data_settings import check_data_settings
     from .loggers import check_loggers
 
     for f in dataclasses.fields(config):
@@ -260,6 +257,7 @@ def check_config(config: TrainConfig) -> None:
     if config.initial_checkpoint is not None and spec.method not in ("auto", "default") and not config.resume:
         raise ValueError(f"--initial-checkpoint and --init {config.init} both set the starting weights: give one")
     parse_spec(config.data)
+    check_data_settings(config)
     check_loggers(config.log)
     check_model_kwargs(config.model_kwargs)
     from_data = sorted({"num_classes", "in_chans"} & set(config.model_kwargs))
@@ -271,19 +269,16 @@ def check_config(config: TrainConfig) -> None:
     from .optimizer_checks import check_optimizer, check_optimizer_options  # timm: loaded once a run is checked
 
     check_optimizer(config.opt)
-    if config.cooldown_epochs >= config.epochs:
-        raise ValueError(
-            f"--cooldown-epochs {config.cooldown_epochs} leaves no epoch of the {config.epochs} (--epochs) to decay in"
-        )
     epochs = config.snapshot_epochs
     if len(set(epochs)) < len(epochs):
         raise ValueError(f"--snapshot-epochs takes distinct integers, got {epochs}")
-    if any(not 0 <= e <= config.epochs for e in epochs):
-        raise ValueError(f"--snapshot-epochs must lie in 0..{config.epochs}, got {epochs}")
-    if config.min_lr > config.lr:
-        raise ValueError(f"--min-lr {config.min_lr} exceeds --lr {config.lr}: the cosine schedule would climb")
-    if config.warmup_lr > config.lr:
-        raise ValueError(f"--warmup-lr {config.warmup_lr} exceeds --lr {config.lr}: the warm-up would fall to it")
+    if any(not 0 <= e <= config.total_epochs for e in epochs):
+        raise ValueError(f"--snapshot-epochs must lie in 0..{config.total_epochs}, got {epochs}")
+    lr = f"--lr {config.lr}" if config.lr_base is None else f"the lr {config.peak_lr:.3g} (--lr-base)"
+    if config.min_lr > config.peak_lr:
+        raise ValueError(f"--min-lr {config.min_lr} exceeds {lr}: the cosine schedule would climb")
+    if config.warmup_lr > config.peak_lr:
+        raise ValueError(f"--warmup-lr {config.warmup_lr} exceeds {lr}: the warm-up would fall to it")
     milestones = config.decay_milestones
     if any(m < 1 for m in milestones) or milestones != sorted(set(milestones)):
         raise ValueError(f"--decay-milestones takes increasing epochs >= 1, got {','.join(map(str, milestones))}")

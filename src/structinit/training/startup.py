@@ -13,12 +13,13 @@ from typing import Any
 from torch import nn
 
 from ..data.batches import normalised_images
-from ..data.datasets import TensorData
+from ..data.datasets import TensorData, evaluated_on
 from ..errors import Notice
 from ..measure import measure_on_images
 from ..report import Report, images_lines
 from .recipe import data_size
 from .settings import TrainConfig
+from .timm_settings import lr_scale_rule
 
 SAMPLE = 16  # training images the init's maps are measured on
 FEW_STEPS = 10  # an epoch or a warm-up of fewer steps gets a note
@@ -96,7 +97,9 @@ def startup_lines(config: TrainConfig, data: Any, model: nn.Module, report: Repo
     steps, accum = updates_per_epoch(batches, config.grad_accum_steps), min(config.grad_accum_steps, batches)
     size = data_size(config, data)
     held = f", {config.val_per_class} a class held out for validation" if config.val_per_class else ""
-    evaluated = f"evaluated on {config.eval_split} ({eval_images(data, config.eval_split)} images)"
+    split, named = config.eval_split, evaluated_on(data, config.eval_split)
+    logged = f", logged as {split}_*" if named != split else ""
+    evaluated = f"evaluated on {named} ({eval_images(data, split)} images{logged})"
     if config.eval_per_class:
         final = "the last evaluation on all of them" if config.eval_final == "full" else "the last one too"
         evaluated += f", during training on {config.eval_per_class} a class of them ({final})"
@@ -111,15 +114,51 @@ def startup_lines(config: TrainConfig, data: Any, model: nn.Module, report: Repo
         f"init: {resolved_init(config, model)}"
         + (f", fidelity {report.mean_fidelity:.3f} on the pseudo input" if report.mean_fidelity is not None else ""),
         *(f"  {line}" for line in (images_lines(report.mean_fidelity, report.on_images) if report.on_images else [])),
-        f"steps: {steps} an epoch at batch {config.batch_size}{accumulated}, {steps * config.epochs} in "
-        f"{config.epochs} epochs; warm-up {warmup} steps ({config.warmup_epochs:g} epochs)",
+        f"steps: {steps} an epoch at batch {config.batch_size}{accumulated}, {steps * config.total_epochs} in "
+        f"{config.total_epochs} epochs; warm-up {warmup} steps ({config.warmup_epochs:g} epochs)",
     ]
     if steps < FEW_STEPS or 0 < warmup < FEW_STEPS:
         lines.append(
             f"  few steps: an epoch is {steps} step(s) and the warm-up {warmup}: a smaller --batch-size gives more "
             "(the lr schedule and EMA move by steps)"
         )
-    return lines
+    return lines + recipe_lines(config, model, isinstance(data, TensorData))
+
+
+def recipe_lines(config: TrainConfig, model: nn.Module, in_memory: bool) -> list[str]:
+    """What timm's train.py flags became: the epochs in all, the lr from --lr-base, the autocast dtype, dropout,
+    layer decay, EMA and repeated augmentation (each where it applies)."""
+    from .device import distributed_processes, resolve_amp
+
+    lines = []
+    if config.cooldown_epochs:
+        lines.append(
+            f"epochs in all: {config.total_epochs} ({config.epochs} + {config.cooldown_epochs} of cool-down at "
+            f"--min-lr {config.min_lr:g}, as timm's train.py)"
+        )
+    if config.lr_base is not None:
+        rule = lr_scale_rule(config.opt, config.lr_base_scale)
+        lines.append(
+            f"lr: {config.peak_lr:.4g} = --lr-base {config.lr_base:g} x {'sqrt of ' if rule == 'sqrt' else ''}"
+            f"({config.batch_size} x {config.grad_accum_steps} / {config.lr_base_size}), {rule} as timm's train.py; "
+            f"batch {config.batch_size} in all: timm's -b is per process (its -b {config.batch_size} under torchrun "
+            f"with 8 processes trains {8 * config.batch_size} a step)"
+        )
+    dtype = resolve_amp(config.amp, next(model.parameters()).device)
+    became = str(dtype).removeprefix("torch.") if dtype is not None else "none: float32"
+    why = "structinit's auto picks by device; timm's --amp is float16: --amp-dtype float16"
+    lines.append(f"amp: {config.amp} -> {became}" + (f" ({why})" if config.amp == "auto" else ""))
+    extras = [
+        f"dropout {config.drop_rate:g} (--drop)" if config.drop_rate else "",
+        f"layer decay {config.layer_decay:g} (timm.optim's)" if config.layer_decay not in (None, 1.0) else "",
+        f"EMA of the weights, decay {config.ema_decay:g}" if config.ema_decay else "",
+    ]
+    if config.aug_repeats:
+        repeats, world = f"--aug-repeats {config.aug_repeats:g}", distributed_processes().world
+        off = "one process, as timm's train.py" if world == 1 else "in-memory data (timm's sampler streams images)"
+        on = f"{repeats}: each image {config.aug_repeats:g} times an epoch (timm's RepeatAugSampler)"
+        extras.append(f"{repeats}: off in {off}" if world == 1 or in_memory else on)
+    return lines + ([", ".join(e for e in extras if e)] if any(extras) else [])
 
 
 def process_batch(config: TrainConfig, world: int, images: int) -> int:
