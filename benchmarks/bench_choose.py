@@ -3,6 +3,7 @@
     python benchmarks/bench_choose.py                 # 4 rows of 5 minutes (~22 min on 2 cores)
     python benchmarks/bench_choose.py --minutes 3 --rows textures-fit-idle
     python benchmarks/bench_choose.py --smoke         # one tiny row, to check the script (~1 min)
+    python benchmarks/bench_choose.py --pace          # what a CPU buys: steps a run per budget (~1 min)
 
 The folders are crops of the photographs scikit-image ships (pip install scikit-image): `textures` (brick,
 grass, gravel: 3 classes, 40 to train and 10 to test a class) and `scenes` (a cat, a cup, a rocket, a
@@ -12,6 +13,11 @@ would (`structinit choose DIR --minutes M`, a new --out) and records the minutes
 of the whole command, start to verdict), the epochs and steps planned and reached, and the verdict; `busy`
 rows run beside one process that keeps a core busy, `late` rows beside one that starts a minute in, after
 the comparison was sized (it must re-size as it goes). Rows are appended to --ledger as they finish.
+
+`--pace` answers what a CPU buys instead: choose's own timing of a run (choose_pace.measure) of its default
+model on folders of generated images at 32, 64 and 96 px (4 classes, 60 training images a class, 12 held out
+for validation), and for 3, 10 and 30 minutes the steps every run of a comparison (5 inits x 2 seeds) then
+trains at each batch from 8 to 128 (0: not the 100 a verdict needs), with the load average as it was.
 """
 
 from __future__ import annotations
@@ -117,6 +123,75 @@ def run_row(row: str, minutes: float, data: Path, out: Path, extra: list[str]) -
     }
 
 
+PACE_SIZES, PACE_MINUTES, PACE_BATCHES = (32, 64, 96), (3, 10, 30), (8, 16, 32, 64, 128)
+
+
+def generated_folder(size: int, root: Path, classes: int = 4, per_class: int = 72) -> Path:
+    """A folder of `classes` classes of `per_class` training images of `size` px (noise over a class colour)."""
+    folder = root / f"generated-{size}"
+    rng = np.random.default_rng(size)
+    for split, count in (("train", per_class), ("test", 4)):
+        for label in range(classes):
+            (folder / split / f"c{label}").mkdir(parents=True, exist_ok=True)
+            for i in range(count):
+                pixels = rng.integers(0, 256, (size, size, 3)) // 2 + 40 * label
+                Image.fromarray(pixels.astype(np.uint8)).save(folder / split / f"c{label}" / f"{i}.png")
+    return folder
+
+
+def pace_row(size: int, root: Path) -> dict:
+    """choose's timing of its default model at `size` px here, and the steps a run each budget and batch buys."""
+    import dataclasses
+
+    import torch
+
+    from structinit.studies import choose_pace
+    from structinit.studies.choose import BASELINES, IMAGES_MODEL
+    from structinit.studies.choose_fit import Budget
+    from structinit.training.recipe import data_of
+    from structinit.training.settings import TrainConfig
+    from structinit.training.startup import eval_images
+
+    base = TrainConfig(data=f"imagefolder:{generated_folder(size, root)}", model=IMAGES_MODEL, val_per_class=12)
+    base = dataclasses.replace(base, quiet=True, eval_every=1, batch_size=max(PACE_BATCHES))
+    data = data_of(base)
+    timing, model, threads = choose_pace.measure(base, data, 0.0)
+    counts = torch.bincount(data.train_labels).tolist()
+    steps = {}
+    for minutes in PACE_MINUTES:
+        budget = Budget(
+            minutes, time.monotonic(), len(BASELINES) + 2, [0, 1], 1, base, counts, eval_images(data, "val")
+        )
+        for batch in PACE_BATCHES:
+            pace, each = budget.pace(timing, batch)
+            seconds = minutes * 60 - choose_pace.RESERVE_SECONDS
+            epochs = choose_pace.sized_epochs(pace, budget.waves(), seconds)
+            enough = epochs >= choose_pace.fewest_epochs(each, base)
+            steps[f"{minutes}min-b{batch}"] = epochs * each if enough else 0
+    return {
+        "size": size,
+        "model": model,
+        "threads": threads,
+        "images": sum(counts),
+        "step_b128": round(timing.step, 3),
+        "step_b8": round(timing.small[1], 3),
+        "steps_a_run": steps,
+        "load": [round(x, 1) for x in os.getloadavg()],
+        "cpu": _cpu(),
+        "cores": os.cpu_count(),
+        "commit": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip(),
+    }
+
+
+def _cpu() -> str:
+    lines = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
+    name = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "")
+    flags = next((line for line in lines if line.startswith("flags")), "")
+    return (name or platform.processor() or platform.machine()) + (" (AVX-512)" if "avx512f" in flags else "")
+
+
 @one_line_refusals("bench_choose.py")
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -133,7 +208,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     )
     parser.add_argument("--ledger", type=Path, default=ROOT / "runs" / "bench_choose" / "rows.jsonl")
     parser.add_argument("--smoke", action="store_true", help="one row of a tiny model on textures, to check the script")
+    parser.add_argument("--pace", action="store_true", help="what a CPU buys: steps a run per budget and batch")
     args = parser.parse_args(argv)
+    if args.pace:
+        return _pace_rows(args.data, args.ledger.with_name("pace.jsonl"))
     extra: list[str] = []
     if args.smoke:
         args.rows, args.minutes = ["textures-fit-idle"], 1.2
@@ -152,6 +230,18 @@ def main(argv: list[str] | None = None) -> list[dict]:
             f"{result['epoch_reached']} of {result['epochs_planned']}, {result['steps']} steps; {result['verdict']}",
             flush=True,
         )
+    return rows
+
+
+def _pace_rows(data: Path, ledger: Path) -> list[dict]:
+    refuse_replacing(ledger)
+    ledger.parent.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for size in PACE_SIZES:
+        rows.append(pace_row(size, data))
+        with open(ledger, "a", opener=no_follow) as file:
+            file.write(json.dumps(rows[-1]) + "\n")
+        print(json.dumps(rows[-1]), flush=True)
     return rows
 
 

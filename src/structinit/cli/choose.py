@@ -86,27 +86,7 @@ def run_choose(args: argparse.Namespace) -> int:
 
 
 def print_choice(choice, args: argparse.Namespace) -> None:
-    """What was compared, the verdict, what is left to do and where the files are."""
-    config, plan = choice.config, choice.plan
-    images = f"{config.per_class} images a class" if config.per_class else "every training image"
-    print(
-        f"compared: {len(plan.inits)} inits x seeds {','.join(map(str, plan.seeds))} on {config.data} ({images}, "
-        f"{config.val_per_class} a class held out for validation), epoch {choice.epoch} of {plan.epochs} "
-        f"({choice.epoch * plan.steps} steps at batch {config.batch_size}; {plan.sized()}) of {plan.model}"
-    )
-    if choice.verdict is not None:
-        print(choice.verdict.text())
-    if choice.epoch < plan.epochs:
-        left = f"about {choice.minutes_left():.1f} minutes more at the pace measured"
-        print(
-            f"the budget ended at epoch {choice.epoch} of the {plan.epochs} planned: the same command goes on ({left})"
-            + ("" if choice.verdict is not None else "; no verdict before every run has trained")
-        )
-    elif choice.verdict is not None and choice.verdict.too_short:
-        print("to tell: a longer budget (--minutes M --rerun: from scratch), more images, or another --out")
-    if choice.verdict is not None and not choice.verdict.too_short and not choice.verdict.tie:
-        kwargs = ",".join(f"{k}={v}" for k, v in config.model_kwargs.items())
-        model = f" --model {config.model}" + (f" --model-kwargs {kwargs}" if kwargs else "")
-        init = choice.verdict.best
-        print(f"train it: structinit train --data {config.data}{model} --init '{init}' -b {config.batch_size}")
-    print(f"runs, results.md and curves.png (finished runs) in {Path(args.out)}")
+    """What was compared, the verdict, what is left to do (as verdict.md keeps them) and where the files are."""
+    print("\n".join(choice.lines()))
+    kept = "results.md (the verdict's table), verdict.md and curves.png" if choice.verdict is not None else "runs"
+    print(f"{kept} in {Path(args.out)}")

@@ -1,9 +1,11 @@
 """`structinit choose`: which init for the user's own data. A short comparison (the structured init, mimetic
 on PyTorch's base, PyTorch's default, timm's own init and the structured init's norm-matched control) on a
 validation split carved from the training images, at least two seeds, within a time budget (sized from the
-measured pace: choose_pace.py; kept to as it goes: choose_runs.py), planned in its directory so that it goes
+measured pace: choose_pace.py; checked before anything long runs, a one-off solve counted in it, and refused
+with what fits: choose_fit.py; kept to as it goes: choose_runs.py), planned in its directory so that it goes
 on where it stopped and never pools or reprints another comparison (choose_plan.py), and a verdict that claims
-no more than the runs show (verdict.py). One `choose` at a time in a directory."""
+no more than the runs show (verdict.py), kept beside its table (choose_report.py). One `choose` at a time in a
+directory."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import dataclasses
 import math
 import os
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +32,14 @@ from ..training.recipe import Recipe, data_of
 from ..training.settings import TrainConfig
 from ..training.startup import batch_for_steps, eval_images, process_batch
 from . import choose_pace
-from .choose_pace import OVERRUN, RESERVE_SECONDS, Pace, sized_epochs, warmup_for
+from .choose_fit import Budget, sized_to, solve_counted
+from .choose_pace import OVERRUN, RESERVE_SECONDS, Pace, warmup_for
 from .choose_plan import MAX_BYTES, PLAN_FILE, RERUN, Plan, check_same, read_plan, recipe_of, write_plan
+from .choose_report import REPORT_FILES, VERDICT_FILE, Choice, write_report
 from .choose_runs import check_trained_on_plan, run_configs_of, scores_at, train_runs
-from .grid import RESULT_FILES, check_grid_directory, recover_set_aside, run_dir, write_grid_results
+from .grid import check_grid_directory, recover_set_aside, run_dir
 from .grid_checks import own_files_of
-from .verdict import Evidence, Verdict, verdict
+from .verdict import Evidence, verdict
 
 STRUCTURED = "impulse"  # the paper's text: Q/K alone at its solve's sharpness, on PyTorch's base
 BASELINES = ("mimetic[base=kaiming]", "kaiming", "timm")
@@ -115,24 +120,6 @@ def validation_size(base: TrainConfig) -> int:
     return max(2, min(100, smallest // 5))
 
 
-@dataclasses.dataclass(frozen=True)
-class Choice:
-    """A comparison as far as it went: its verdict (None where some run has no epoch yet), the epoch it was
-    read at, the finished runs' result rows, the config the runs trained and the plan."""
-
-    verdict: Verdict | None
-    epoch: int
-    rows: list[dict[str, Any]]
-    config: TrainConfig
-    plan: Plan
-
-    def minutes_left(self) -> float:
-        """About the minutes the comparison needs to reach its plan from where it is."""
-        pace = Pace(*self.plan.pace)
-        runs = len(self.plan.inits) * len(self.plan.seeds)
-        return runs * pace.seconds_for(self.plan.epochs - self.epoch) / 60
-
-
 def choose(
     base: TrainConfig,
     minutes: float,
@@ -158,7 +145,13 @@ def choose(
     check_structured(structured)
     if parallel < 1:
         raise ValueError(f"--parallel must be >= 1, got {parallel}")
+    if base.cooldown_epochs:
+        raise ValueError(
+            "--cooldown-epochs: choose sizes every run's epochs to its budget, the lr decaying over them; leave the "
+            "cool-down to the run you train after it"
+        )
     check_grid_directory(out)
+    refuse_link(out / VERDICT_FILE)
     with folders_kept_only_if_used(out), RunLock(out, "choose"):
         recover_set_aside(out)
         sizing = (minutes, epochs, started, parallel)
@@ -189,15 +182,15 @@ def _choose(base, seeds, out, structured, sizing, fit_batch, say, rerun, show) -
     check_trained_on_plan(plan, configs, out)  # runs of a previous call
     epoch = train_runs(plan, configs, out, parallel, deadline, Pace(*plan.pace), show)
     check_trained_on_plan(plan, configs, out)  # images replaced while they trained
-    rows = write_grid_results(out)
-    if epoch == 0:
-        return Choice(None, 0, rows, config, plan)
-    evidence = Evidence(
-        epoch * plan.steps, math.ceil(config.warmup_epochs * plan.steps), eval_images(data, config.eval_split)
-    )
-    scores = scores_at(configs, epoch)
-    result = verdict(scores, plan.structured, evidence, plan.control, chance=100 / data.num_classes)
-    return Choice(result, epoch, rows, config, plan)
+    result = None
+    if epoch > 0:
+        evidence = Evidence(
+            epoch * plan.steps, math.ceil(config.warmup_epochs * plan.steps), eval_images(data, config.eval_split)
+        )
+        scores = scores_at(configs, epoch)
+        result = verdict(scores, plan.structured, evidence, plan.control, chance=100 / data.num_classes)
+    choice = Choice(result, epoch, [], config, plan)
+    return dataclasses.replace(choice, rows=write_report(out, configs, choice))
 
 
 def _plan(out: Path, base: TrainConfig, data: Any, structured: str, seeds: list[int], sizing, rerun: bool, say):
@@ -223,20 +216,21 @@ def _plan(out: Path, base: TrainConfig, data: Any, structured: str, seeds: list[
         check_same(plan, now, out / PLAN_FILE)
         say(f"going on with the comparison planned in {out / PLAN_FILE}")
         return plan
-    control, building = control_of(base, data, structured)
-    inits = [structured, *BASELINES, control]
-    pace, model, threads = choose_pace.measure(base, data, loading, building)
+    timing, model, threads = choose_pace.measure(base, data, loading)
     threads = threads if parallel == 1 else max(1, usable_cores() // parallel)
-    pace = Pace(pace.setup, pace.epoch * parallel, pace.checkpoint * parallel)  # K at once share the cores
-    steps = len(data.train_labels) // base.batch_size
-    waves = math.ceil(len(inits) * len(seeds) / parallel)
+    counts = [int(n) for n in torch.bincount(data.train_labels) if n > 0]
+    budget = Budget(
+        minutes, started, len(BASELINES) + 2, seeds, parallel, base, counts, eval_images(data, base.eval_split)
+    )
     if epochs is None:
-        now = time.monotonic()
-        left = started + minutes * 60 - RESERVE_SECONDS - now  # to the budget's end, less the reserve
-        epochs = sized_epochs(pace, waves, left, steps, base, spent=now - started)
+        sized_to(budget, timing)  # refused before the structured init is built where the runs alone do not fit
+    with solve_counted(lambda seconds: sized_to(budget, timing, seconds)) if epochs is None else nullcontext():
+        control, building = control_of(base, data, structured)  # a one-off solve: counted in the budget first
+    timing = dataclasses.replace(timing, setup=timing.setup + max(0.0, building - timing.built))
+    pace, steps = budget.pace(timing)  # K runs at once share the cores
     plan = Plan(
-        inits=inits,
-        epochs=epochs,
+        inits=[structured, *BASELINES, control],
+        epochs=epochs or sized_to(budget, timing),
         control=control,
         steps=steps,
         model=model,
@@ -255,7 +249,7 @@ def _replaced_by(out: Path, plan: Plan) -> list[list[Path]]:
     into; a folder no plan names (a user's own run) is left as it is."""
     refuse_link(out / PLAN_FILE)
     runs = [*_planned_runs(out), *(run_dir(out, plan.per_class, i, s) for i in plan.inits for s in plan.seeds)]
-    files = [out / name for name in (PLAN_FILE, *RESULT_FILES) if (out / name).exists()]
+    files = [out / name for name in (PLAN_FILE, *REPORT_FILES) if (out / name).exists()]
     return [files, *own_files_of(list(dict.fromkeys(runs)), out)]
 
 

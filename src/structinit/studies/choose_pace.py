@@ -19,7 +19,7 @@ from ..files import atomic_save
 from ..training.device import Dist, resolve_device, usable_cores
 from ..training.recipe import Recipe, evaluate, feed_of
 from ..training.settings import TrainConfig
-from ..training.startup import eval_images, tokens_of
+from ..training.startup import tokens_of
 
 MIN_STEPS = 100  # the fewest optimiser steps a verdict rests on (docs/training.md: why)
 RESERVE_SECONDS = 5.0  # the budget kept for the tables and figures after the last run
@@ -67,29 +67,51 @@ def reachable(pace: Pace, done: list[list[int]], planned: int, seconds: float) -
     return low
 
 
-def sized_epochs(pace: Pace, waves: int, seconds: float, steps: int, base: TrainConfig, spent: float = 0.0) -> int:
-    """The epochs every run of a new comparison can train in `seconds`; ValueError saying the minutes that
-    would do (`spent`: the seconds the command took before sizing) where even the fewest a verdict rests on
-    (least_epochs) do not fit."""
-    epochs = max(0, math.floor((seconds * SIZED_SHARE / waves - pace.setup) / pace.epoch))
-    least = least_epochs(steps, warmup_for(base, max(epochs, 1)))
-    if epochs < least:
-        least = least_epochs(steps, warmup_for(base, least))
-        run = pace.seconds_for(least)
-        needed = math.ceil((spent + waves * run / SIZED_SHARE + RESERVE_SECONDS) / 60 * 10) / 10
-        raise ValueError(
-            f"too short to compare here: a verdict needs every run to train at least {least} epochs "
-            f"({least * steps} steps: {MIN_STEPS} at least, past the warm-up), about {run:.0f} s a run on this "
-            f"machine ({pace.setup:.1f} s to start, {pace.epoch:.2f} s an epoch): give --minutes {needed:g} or more, "
-            "or fewer seeds, fewer images or a smaller --model"
-        )
-    return epochs
+def fewest_epochs(steps: int, base: TrainConfig) -> int:
+    """The fewest epochs of `steps` steps a verdict can rest on (least_epochs, at the warm-up of a comparison
+    that long: a quarter of it at most, so they are past it)."""
+    return least_epochs(steps, warmup_for(base, math.ceil(MIN_STEPS / steps)))
 
 
-def measure(config: TrainConfig, data: Any, loading: float, building: float, timed_steps: int = 4):
-    """The pace of one run of `config` on this machine, the model in words and the torch threads its runs are
-    fastest at (fastest_threads): `loading`, the seconds the data took to load; `building`, those a build of
-    the structured init takes; the rest timed here on the trainer's own model, batches, evaluation and
+def sized_epochs(pace: Pace, waves: int, seconds: float) -> int:
+    """The epochs every run of a new comparison can train in SIZED_SHARE of `seconds` (0 where none fits)."""
+    return max(0, math.floor((seconds * SIZED_SHARE / waves - pace.setup) / pace.epoch))
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """A run's pace as measured here, in parts: the seconds it takes besides its epochs (loading, the build of
+    its model at the baseline init, the first step), a step at its batch and at a smaller one (SMALL_BATCH, the
+    same batches cut), an evaluation image and a checkpoint; and the baseline init's build alone."""
+
+    setup: float
+    batch: int
+    step: float
+    small: tuple[int, float]
+    per_image: float
+    checkpoint: float
+    built: float
+
+    def step_at(self, batch: int) -> float:
+        """Seconds a step at `batch`: the line through the two batches timed (at least the smaller's time)."""
+        small, seconds = self.small
+        if self.batch == small:
+            return self.step
+        return max(seconds, seconds + (self.step - seconds) * (batch - small) / (self.batch - small))
+
+    def pace(self, steps: int, eval_images: int, batch: int | None = None) -> Pace:
+        """The pace of a run of `steps` steps an epoch at `batch` (default: the batch timed)."""
+        epoch = steps * self.step_at(batch or self.batch) + eval_images * self.per_image + self.checkpoint
+        return Pace(self.setup, epoch, self.checkpoint)
+
+
+SMALL_BATCH = 8  # the smaller batch a step is timed at: the smallest a refused budget is offered (choose_fit.py)
+
+
+def measure(config: TrainConfig, data: Any, loading: float, timed_steps: int = 4) -> tuple[Timing, str, int]:
+    """The timing of one run of `config` on this machine (`loading`: the seconds the data took to load), the
+    model in words and the torch threads its runs are fastest at (fastest_threads), timed on the trainer's
+    own model (at the baseline init: the structured init's build is timed apart), batches, evaluation and
     checkpoint."""
     device = resolve_device(config.device, 0)
     started = time.perf_counter()
@@ -103,6 +125,8 @@ def measure(config: TrainConfig, data: Any, loading: float, building: float, tim
     first = time.perf_counter() - started
     steps = itertools.count(1)
     threads, step = fastest_threads(lambda: recipe.step(*next(train), next(steps)).item(), device, timed_steps)
+    small = min(config.batch_size, SMALL_BATCH)
+    cut = _timed(lambda: recipe.step(*(t[:small] for t in next(train)), next(steps)).item(), threads, timed_steps)
     started = time.perf_counter()
     counted = evaluate(recipe.eval_forward, itertools.islice(batches.evaluate(), 2), device, Dist(), recipe.amp_dtype)
     per_image = (time.perf_counter() - started) / counted["test_images"]
@@ -111,10 +135,9 @@ def measure(config: TrainConfig, data: Any, loading: float, building: float, tim
         for _ in range(2):  # the second keeps the first as prev.pt, as every epoch after the first does
             atomic_save(recipe.state(), Path(folder) / "last.pt", keep_previous=True)
         checkpoint = (time.perf_counter() - started) / 2
-    epoch = batches.steps * step + eval_images(data, config.eval_split) * per_image + checkpoint
-    pace = Pace(loading + first + max(0.0, building - built), epoch, checkpoint)
+    timing = Timing(loading + first, config.batch_size, step, (small, cut), per_image, checkpoint, built)
     params = sum(p.numel() for p in recipe.model.parameters()) / 1e6
-    return pace, f"{config.model}, {params:.2f} M parameters{tokens_of(recipe.model)}", threads
+    return timing, f"{config.model}, {params:.2f} M parameters{tokens_of(recipe.model)}", threads
 
 
 def fastest_threads(step, device: torch.device, timed: int) -> tuple[int, float]:
@@ -122,16 +145,20 @@ def fastest_threads(step, device: torch.device, timed: int) -> tuple[int, float]
     a busy process, threads that wait on each other's cores spin), and its seconds a step there; on an
     accelerator, the threads as they are."""
     candidates = [torch.get_num_threads()] if device.type != "cpu" else sorted({usable_cores(), 1}, reverse=True)
-    before, timings = torch.get_num_threads(), {}
-    try:
-        for threads in candidates:
-            torch.set_num_threads(threads)
-            step()  # the first step at a thread count starts its threads
-            started = time.perf_counter()
-            for _ in range(timed):
-                step()
-            timings[threads] = (time.perf_counter() - started) / timed
-    finally:
-        torch.set_num_threads(before)
+    timings = {threads: _timed(step, threads, timed) for threads in candidates}
     threads = min(timings, key=timings.get)
     return threads, timings[threads]
+
+
+def _timed(step, threads: int, timed: int) -> float:
+    """Seconds a `step` takes at `threads` torch threads: `timed` of them, after one that starts the threads."""
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        step()
+        started = time.perf_counter()
+        for _ in range(timed):
+            step()
+        return (time.perf_counter() - started) / timed
+    finally:
+        torch.set_num_threads(before)

@@ -1,7 +1,9 @@
 """A `choose` comparison's runs, trained within its deadline: in waves (seed by seed), each wave brought to the
-epoch every remaining run can still reach in the time left at the pace measured so far (never past the plan),
-so that a slower machine shortens every run alike instead of overrunning; the scores are read at the epoch all
-runs reached, which the same command later carries on to the plan's."""
+epoch every remaining run can still reach in the time left at the pace measured so far (never past the plan, nor
+past the epoch the waves before it reached), so that a slower machine shortens every run alike instead of
+overrunning and no run trains where the verdict cannot read it; time left after a pass brings every run on
+together. The scores are read at the epoch all runs reached, which the same command later carries on to the
+plan's."""
 
 from __future__ import annotations
 
@@ -84,40 +86,65 @@ def train_runs(
 ) -> int:
     """Train the comparison's runs (in `root`) `parallel` at a time within `deadline` (time.monotonic();
     None: to the plan's epochs), saying each run's result (`show`: with a bar); returns the epoch every run
-    has reached."""
-    waves = [configs[i : i + parallel] for i in range(0, len(configs), parallel)]
-    bar = _Bar(configs, plan.epochs * len(configs), show)
-    threads, planned = plan.threads, Pace(*plan.pace).epoch
+    has reached. No run trains past the epoch the runs before it reached in a pass (the verdict reads every
+    run there); where time is left after a pass, another brings every run on to the epoch all can reach."""
+    waves = _Waves(plan, configs, root, parallel, pace, show)
     try:
-        for index, wave in enumerate(waves):
-            done = [[len(epochs_done(c)) for c in w] for w in waves[index:]]
-            target = (
-                plan.epochs if deadline is None else reachable(pace, done, plan.epochs, deadline - time.monotonic())
-            )
+        while waves.bring_on(deadline):
+            pass
+    finally:
+        waves.bar.close()
+    return min(len(epochs_done(c)) for c in configs)
+
+
+class _Waves:
+    """The comparison's runs in waves of `parallel` (seed by seed), the pace they showed so far and the torch
+    threads they train at."""
+
+    def __init__(
+        self, plan: Plan, configs: list[TrainConfig], root: Path, parallel: int, pace: Pace, show: bool
+    ) -> None:
+        self.plan, self.configs, self.root, self.pace = plan, configs, root, pace
+        self.waves = [configs[i : i + parallel] for i in range(0, len(configs), parallel)]
+        self.threads, self.planned = plan.threads, Pace(*plan.pace).epoch
+        self.bar = _Bar(configs, plan.epochs * len(configs), show)
+
+    def bring_on(self, deadline: float | None) -> bool:
+        """One pass over the waves, each brought to the epoch every run from it on can reach in the time left,
+        and never past the epoch the waves before it reached; whether any run trained."""
+        trained, reached = False, self.plan.epochs
+        for index, wave in enumerate(self.waves):
+            done = [[len(epochs_done(c)) for c in w] for w in self.waves[index:]]
+            left = None if deadline is None else deadline - time.monotonic()
+            target = self.plan.epochs if left is None else reachable(self.pace, done, self.plan.epochs, left)
+            target = min(target, reached)
             if target == 0:
                 break  # not even one more epoch of every run fits: the runs after this one would answer nothing
-            todo = [c for c, d in zip(wave, done[0]) if d < target]
-            if not todo:
-                continue
-            stop = target if target < plan.epochs else None
-            started = time.monotonic()
-            stopping = [dataclasses.replace(c, stop_after=stop) for c in todo]
-            run_configs(stopping, len(todo), root, threads=threads, lock=False)
-            pace = observed(pace, todo, [d for c, d in zip(wave, done[0]) if d < target], time.monotonic() - started)
-            if threads > 1 and pace.epoch > SLOWED * planned:  # threads that wait on each other's busy cores
-                threads = 1
-                bar.write(
-                    f"the runs slowed to {pace.epoch:.2f} s an epoch ({planned:.2f} planned): one thread from here"
-                )
-            for config in todo:
-                line = epochs_done(config)[-1]
-                bar.write(
-                    f"[{configs.index(config) + 1}/{len(configs)}] {config.init} seed {config.seed}: val top-1 "
-                    f"{line['val_top1']:.2f} after {line['step']} steps (epoch {line['epoch']} of {plan.epochs})"
-                )
-    finally:
-        bar.close()
-    return min(len(epochs_done(c)) for c in configs)
+            todo = [(c, d) for c, d in zip(wave, done[0]) if d < target]
+            if todo:
+                trained = self._train(todo, target) or trained
+            reached = min(reached, *(len(epochs_done(c)) for c in wave))
+        return trained
+
+    def _train(self, todo: list[tuple[TrainConfig, int]], target: int) -> bool:
+        """Train the runs `todo` (each with its epochs done) to `target` at once, then say their results;
+        whether any trained an epoch."""
+        stop = target if target < self.plan.epochs else None
+        started = time.monotonic()
+        stopping = [dataclasses.replace(c, stop_after=stop) for c, _ in todo]
+        run_configs(stopping, len(todo), self.root, threads=self.threads, lock=False)
+        self.pace = observed(self.pace, [c for c, _ in todo], [d for _, d in todo], time.monotonic() - started)
+        if self.threads > 1 and self.pace.epoch > SLOWED * self.planned:  # threads that wait on each other's cores
+            self.threads = 1
+            slowed = f"{self.pace.epoch:.2f} s an epoch ({self.planned:.2f} planned)"
+            self.bar.write(f"the runs slowed to {slowed}: one thread from here")
+        for config, _ in todo:
+            line = epochs_done(config)[-1]
+            self.bar.write(
+                f"[{self.configs.index(config) + 1}/{len(self.configs)}] {config.init} seed {config.seed}: val top-1 "
+                f"{line['val_top1']:.2f} after {line['step']} steps (epoch {line['epoch']} of {self.plan.epochs})"
+            )
+        return any(len(epochs_done(config)) > done for config, done in todo)
 
 
 def scores_at(configs: list[TrainConfig], epoch: int) -> dict[str, list[float]]:

@@ -19,14 +19,15 @@ SPLITS = {"test": "test", "val": "validation"}
 GAINS = ("timm", "mimetic")  # the wide table's gains: over the best label of each method in the cell
 
 
-def write_results(rows: list[dict[str, Any]], out: Path, wide: bool = False) -> None:
-    """results.csv (one row per run) and results.md (the tables), each written whole (files.atomic_write)."""
+def write_results(rows: list[dict[str, Any]], out: Path, wide: bool = False, heading: str = "") -> None:
+    """results.csv (one row per run) and results.md (the tables, under `heading`), each written whole
+    (files.atomic_write)."""
     table = io.StringIO(newline="")
     writer = csv.DictWriter(table, CSV_COLUMNS, extrasaction="ignore")
     writer.writeheader()
     writer.writerows(rows)
     atomic_write_text(out / "results.csv", table.getvalue())
-    atomic_write_text(out / "results.md", results_markdown(rows, wide))
+    atomic_write_text(out / "results.md", heading + results_markdown(rows, wide))
 
 
 def results_markdown(rows: list[dict[str, Any]], wide: bool = False) -> str:

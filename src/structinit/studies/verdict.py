@@ -1,8 +1,9 @@
 """The verdict of `structinit choose` on each init's validation top-1 over seeds, at one step of training: the
 init to use and its margin against the seed-to-seed spread, only where the runs are evidence (they trained
 MIN_STEPS steps, past their warm-up, away from chance, and the margin is worth several validation images);
-"too short to tell" otherwise, with why; and "scale, not structure" only where the norm-matched control both
-ties the structured init and beats PyTorch's plain default beyond the noise."""
+"too short to tell" otherwise, with why; the inits behind the best beyond the spread, named wherever the runs
+are evidence; and "scale, not structure" only where the norm-matched control both ties the structured init and
+beats PyTorch's plain default beyond the noise."""
 
 from __future__ import annotations
 
@@ -63,8 +64,9 @@ class Verdict:
         return self.margin <= self.spread
 
     @property
-    def too_short(self) -> str | None:
-        """Why these runs cannot tell the inits apart (None if they can)."""
+    def not_evidence(self) -> str | None:
+        """Why these runs say nothing of the inits (None if they are evidence): too few steps, in the warm-up,
+        or near chance."""
         steps, warmup = self.evidence.steps, self.evidence.warmup_steps
         if steps < MIN_STEPS:
             return f"the runs trained {steps} steps, fewer than the {MIN_STEPS} a verdict needs"
@@ -73,6 +75,14 @@ class Verdict:
         best = self.mean(self.best)
         if self.chance is not None and near_chance(best, self.chance):
             return f"the best init's {best:.2f} is near chance ({self.chance:.2f})"
+        return None
+
+    @property
+    def too_short(self) -> str | None:
+        """Why these runs cannot tell the inits apart (None if they can): not evidence, every init within the
+        noise of every other, or a lead of fewer than IMAGES_IN_A_MARGIN validation images."""
+        if self.not_evidence:
+            return self.not_evidence
         means = [self.mean(init) for init in self.scores]
         noise = spread(*self.scores.values())
         if max(means) - min(means) <= noise:
@@ -85,6 +95,18 @@ class Verdict:
                 "images (--val-per-class)"
             )
         return None
+
+    @property
+    def behind(self) -> list[tuple[str, float]]:
+        """The inits behind the best beyond the seeds' spread (the larger of the two inits') and by at least
+        IMAGES_IN_A_MARGIN validation images, each with its points under the best, furthest first; none where
+        the runs are no evidence."""
+        if self.not_evidence:
+            return []
+        best, least = self.scores[self.best], IMAGES_IN_A_MARGIN * (self.evidence.one_image or 0.0)
+        gaps = [(init, self.mean(self.best) - self.mean(init)) for init in self.scores if init != self.best]
+        far = [(init, gap) for init, gap in gaps if gap > spread(best, self.scores[init]) and gap >= least]
+        return sorted(far, key=lambda item: -item[1])
 
     @property
     def scale_not_structure(self) -> bool:
@@ -113,6 +135,9 @@ class Verdict:
             )
         else:
             lines.append(f"verdict: use {self.best}: it led {about}")
+        if self.behind:
+            under = ", ".join(f"{init} {gap:.2f} points under" for init, gap in self.behind)
+            lines.append(f"behind {self.best} beyond the seeds' spread: {under}")
         if self.scale_not_structure and not self.too_short:
             lines.append(
                 f"the control {self.control} (the structured init's Q/K scale, no structure) ties or beats "
