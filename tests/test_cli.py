@@ -143,11 +143,11 @@ def test_a_missing_extra_is_named_in_one_line_and_other_import_errors_are_not_hi
 def test_demo_trains_every_init_on_the_digits_and_draws_each_on_the_pseudo_input_and_images(
     tmp_path, capsys, monkeypatch
 ):
-    from structinit.cli import commands
+    from structinit.cli import demo
 
     # the demo's four runs, tables and figures on a tenth of the digits and one block (`make demo`: the full size)
     small = functools.partial(TrainConfig, train_fraction=0.1, model_kwargs={"depth": 1}, batch_size=50)
-    monkeypatch.setattr(commands, "TrainConfig", small)
+    monkeypatch.setattr(demo, "TrainConfig", small)
     out = tmp_path / "demo"
     assert main(["demo", "--epochs", "1", "--quiet", "--out", str(out)]) == 0
     printed = capsys.readouterr().out

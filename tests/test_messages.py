@@ -4,6 +4,7 @@ line for every failure, and nothing taken silently from the environment or a lib
 import contextlib
 import errno
 import os
+import re
 import resource
 import shutil
 import signal
@@ -152,10 +153,13 @@ def test_ctrl_c_on_a_parallel_grid_is_one_line_from_every_process(tmp_path):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
     assert process.returncode == 130, err
-    assert err.splitlines() == [
-        "structinit compare: interrupted; finished epochs are checkpointed: run the same command again: finished "
-        "runs are skipped, interrupted ones resume"
-    ], err
+    (line,) = err.splitlines()  # the grid's one line, saying what its folder holds at that moment
+    assert re.fullmatch(
+        f"structinit compare: interrupted; finished epochs are checkpointed: {out} holds 1 finished run"
+        "( and 1 with finished epochs to resume)?; run the same command again: finished runs are skipped, "
+        "interrupted ones resume",
+        line,
+    ), err
     assert not (long / "summary.json").exists()  # stopped while it trained (its first epoch may be unfinished)
     assert not list(out.rglob(".lock")) and not list(out.rglob("*.tmp*"))
 
@@ -293,6 +297,35 @@ def test_ctrl_c_during_init_save_says_what_init_left(tmp_path, capsys, monkeypat
     err = capsys.readouterr().err
     assert err == "structinit init: interrupted; no file is left half-written: run it again\n", err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_interrupt_says_what_exists_then(tmp_path, capsys, monkeypatch):
+    import structinit.studies.grid
+    import structinit.training.run
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    grid, run = tmp_path / "grid", tmp_path / "grid" / "timm-seed0"
+    monkeypatch.setattr(structinit.training.run, "train", interrupted)
+    monkeypatch.setattr(structinit.studies.grid, "compare", interrupted)
+    assert main(["train", *FLAGS, "--out", str(run)]) == 130  # before any run exists
+    again = f"no epoch had finished, so {run} holds no checkpoint: run it again"
+    assert capsys.readouterr().err == f"structinit train: interrupted; {again}\n"
+    assert main(["compare", "--inits", "timm", *FLAGS, "--out", str(grid)]) == 130
+    again = f"no run in {grid} had finished an epoch: run the same command again: finished runs are skipped, "
+    assert capsys.readouterr().err == f"structinit compare: interrupted; {again}interrupted ones resume\n"
+
+    monkeypatch.undo()
+    assert main(["train", *FLAGS, "--out", str(run)]) == 0  # one epoch, finished
+    capsys.readouterr()
+    monkeypatch.setattr(structinit.training.run, "train", interrupted)
+    monkeypatch.setattr(structinit.studies.grid, "compare", interrupted)
+    assert main(["train", *FLAGS[:-1], "2", "--out", str(run)]) == 130
+    held = f"finished epochs are checkpointed: {run} holds 1 epoch; --resume goes on from there"
+    assert capsys.readouterr().err == f"structinit train: interrupted; {held}\n"
+    assert main(["compare", "--inits", "timm", *FLAGS, "--out", str(grid)]) == 130
+    assert f"interrupted; finished epochs are checkpointed: {grid} holds 1 finished run; run" in capsys.readouterr().err
 
 
 # --- 8. nothing taken silently ---------------------------------------------------------------

@@ -18,7 +18,7 @@ import torch
 import structinit
 from conftest import small_vit
 from structinit.errors import Notice
-from structinit.inits import sharpness
+from structinit.inits import progress, sharpness
 from structinit.inits.paper_solve import SATURATED, STEPS, paper_solve, saturated
 from structinit.models import create_model
 
@@ -138,7 +138,7 @@ def test_a_cache_that_cannot_be_written_leaves_the_init_working(cache, where):
 
 WRITER = """
 import sys, torch
-from structinit.inits import sharpness
+from structinit.inits import progress, sharpness
 class Solved:
     def __init__(self, mass): self.mass, self.steps = mass, 1
 sharpness.paper_solve = lambda pseudo, *a, **k: Solved(float(pseudo[0, 0]) / 100)
@@ -176,12 +176,12 @@ def test_a_long_solve_says_how_long_and_how_to_skip_it_and_shows_a_bar(cache, mo
         def close(self):
             self.closed = True
 
-    token = sharpness.PROGRESS_BAR.set(Bar)
+    token = progress.PROGRESS_BAR.set(Bar)
     try:
         with pytest.warns(Notice) as notes:
             impulse()
     finally:
-        sharpness.PROGRESS_BAR.reset(token)
+        progress.PROGRESS_BAR.reset(token)
     (note,) = [str(n.message) for n in notes if "solve for this model" in str(n.message)]
     assert "16 tokens, width 32, 2 heads" in note and re.search(r"up to \d+ s on \d CPU thread", note)
     assert "impulse[target_fidelity=X] skips it" in note[:200]  # within what the command's one line shows

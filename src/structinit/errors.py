@@ -1,12 +1,18 @@
-"""The error of a run that cannot go on as asked, the notice of what it chose, and quoting another
-error or a value in one line."""
+"""The error of a run that cannot go on as asked, the notice of what it chose (shown as one line, once,
+silenced by `quiet`), and quoting another error or a value in one line."""
 
+import contextlib
+import contextvars
 import re
+import sys
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
 _format_warning = warnings.formatwarning
+_QUIET: contextvars.ContextVar[bool] = contextvars.ContextVar("structinit_quiet", default=False)
+_SHOWN: set[str] = set()  # the notices this process has shown: each cause once (a grid's runs share theirs)
 
 
 class RunError(RuntimeError):
@@ -16,6 +22,40 @@ class RunError(RuntimeError):
 class Notice(UserWarning):
     """What the tool chose for the user, or will do that they may not expect (a warning: the command
     shows it as one line, `structinit: note: ...`)."""
+
+
+@contextlib.contextmanager
+def quiet_notices(quiet: bool = True) -> Iterator[None]:
+    """Where `quiet` (the caller passed quiet=True), notices raised in this context are not shown (still
+    warnings: a filter that makes them errors, or pytest.warns, sees them), nor is long work's bar."""
+    token = _QUIET.set(quiet or _QUIET.get())
+    try:
+        yield
+    finally:
+        _QUIET.reset(token)
+
+
+def notices_quiet() -> bool:
+    return _QUIET.get()
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
+    """warnings.showwarning, installed on import: a Notice is one line (`structinit: note: ...`, no file
+    path or source line), once per process, none where quiet; every other warning goes to the showwarning
+    that was there before (other libraries' warnings shown as they were)."""
+    if not issubclass(category, Notice):
+        return _show_other(message, category, filename, lineno, file, line)
+    text = f"structinit: note: {' '.join(str(message).split())}\n"
+    if _QUIET.get() or text in _SHOWN:
+        return None
+    _SHOWN.add(text)
+    with contextlib.suppress(OSError, AttributeError):  # no stderr (pythonw) or a closed one, as Python's own
+        (file or sys.stderr).write(text)
+    return None
+
+
+_show_other = warnings.showwarning
+warnings.showwarning = _show_warning
 
 
 def first_line(error: BaseException) -> str:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .errors import quiet_notices
 from .files import read_json_object
 from .schema import Field, Schema, check, integer, listing, mapping, number, text
 from .studies import grid
@@ -119,8 +120,10 @@ class GridResult:
 
 
 def train(config: TrainConfig) -> RunResult:
-    """Train one run in `config.out` (or resume it: `config.resume`), as `structinit train` does."""
-    return RunResult(config, run.train(config))
+    """Train one run in `config.out` (or resume it: `config.resume`), as `structinit train` does; notices
+    (one line each) not shown where `config.quiet`."""
+    with quiet_notices(config.quiet):
+        return RunResult(config, run.train(config))
 
 
 def compare(
@@ -136,5 +139,6 @@ def compare(
     and tabulate the grid, as `structinit compare` does: finished runs are skipped, interrupted ones
     resumed. `how`: parallel, rerun, threads, cluster (`structinit.studies.grid.compare`)."""
     sizes = [base.per_class] if per_class is None else list(per_class)
-    rows = grid.compare(base, list(inits), list(seeds), sizes, out, **how)
+    with quiet_notices(base.quiet):
+        rows = grid.compare(base, list(inits), list(seeds), sizes, out, **how)
     return GridResult(Path(out), rows)

@@ -12,7 +12,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import RunError, first_line, one_line, one_line_warning, reason
+from ..errors import RunError, first_line, one_line, one_line_warning, quiet_notices, reason
 from ..files import refuse_replacing
 from ..inits.labels import DEFAULT, InitSpec, parse_assignments, split_top_level
 from ..seeds import check_seed
@@ -20,6 +20,7 @@ from ..training.setting import flag, int_list
 from ..training.settings import TrainConfig
 from ..version import DISTRIBUTION
 from .choose import run_choose
+from .demo import run_demo
 from .listings import options_help, supported_models
 from .model_flags import init_model_kwargs
 from .parser import build_parser
@@ -48,7 +49,9 @@ def run_train(args: argparse.Namespace) -> int:
         config = train_config(args)
     if config.teacher is not None and config.init_spec.method != "select":
         raise ValueError(f"--teacher is the larger model of --init select; --init {config.init} does not read it")
-    summary = train(config)
+    args.run_out = config.out  # what an interrupt reads
+    with quiet_notices(config.quiet):  # a --config file's or the resumed run's quiet too
+        summary = train(config)
     if distributed_processes().main:
         print_summary(summary, config.out)
     return 0
@@ -223,33 +226,6 @@ def run_upgrade(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_demo(args: argparse.Namespace) -> int:
-    from ..inspection.attention import attention_figure
-    from ..studies.grid import compare, run_dir
-
-    out = Path(args.out)
-    base = TrainConfig(data="digits", model="vit_digits", epochs=args.epochs, quiet=args.quiet)
-    # impulse: the paper's text (Q/K alone at its solve's sharpness); impulse-soft: the soft maps chosen at 64 tokens;
-    # mimetic on PyTorch's base: the trainer's default for ViTs (docs/studies/default-rule.md)
-    structured = ["impulse", "impulse-soft"]
-    inits = ["timm", "mimetic[base=kaiming]", *structured]
-    rows = compare(base, inits, int_list(args.seeds, "--seeds"), [None], out)
-    seed = int_list(args.seeds, "--seeds")[0]
-    for init in inits:  # where each init's structure is: on the pseudo input, on images at init, trained
-        run = run_dir(out, None, init, seed)
-        name = run.name.removesuffix(f"-seed{seed}")
-        attention_figure(str(run), at_init=True, pseudo_input=True, out=out / f"attention-{name}-init-pseudo.png")
-        attention_figure(str(run), at_init=True, out=out / f"attention-{name}-init.png")
-        attention_figure(str(run), out=out / f"attention-{name}.png")
-    print((out / "results.md").read_text(), end="")
-    print(
-        f"{len(rows)} runs in {out}: results.md, results.csv, curves.png, summary.png, and for each init "
-        "attention-<init>-init-pseudo.png (at init, on the pseudo input: where the impulse is), "
-        "attention-<init>-init.png (at init, on test images) and attention-<init>.png (trained)"
-    )
-    return 0
-
-
 COMMANDS = {
     "init": run_init,
     "train": run_train,
@@ -262,15 +238,13 @@ COMMANDS = {
 }
 
 
-# what a command interrupted (Ctrl-C, SIGTERM) left, and what to do; the others: run it again
-CHECKPOINTED = "finished epochs are checkpointed: "
+# what a command interrupted (Ctrl-C, SIGTERM) left, and what to do, where no folder says it; the others: run it again
 AFTER_INTERRUPT = {
-    "train": CHECKPOINTED + "--resume goes on from the last (a run stopped in its first epoch: run it again)",
-    "compare": CHECKPOINTED + "run the same command again: finished runs are skipped, interrupted ones resume",
     "init": "no file is left half-written: run it again",
     "upgrade-checkpoint": "the checkpoints named as upgraded are done, the others are as they were",
 }
-AFTER_INTERRUPT["demo"] = AFTER_INTERRUPT["choose"] = AFTER_INTERRUPT["compare"]
+GRIDS = ("compare", "choose", "demo")
+GRID_AGAIN = "run the same command again: finished runs are skipped, interrupted ones resume"
 
 # modules that the library call does without, and the extra that installs each
 EXTRAS = {"matplotlib": "train", "sklearn": "train", "tensorboard": "log", "wandb": "log"}
@@ -290,11 +264,9 @@ def main(argv: list[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)  # kill: cleaned up and reported as Ctrl-C is
     shown, warnings.formatwarning = warnings.formatwarning, one_line_warning  # the command's warnings: one line
-    from ..inits.progress import PROGRESS_BAR  # after parsing: --help needs neither torch's models nor timm
-
-    bar = PROGRESS_BAR.set(_solve_bar)  # an init's long work (impulse's first solve of a model shape, mimetic's)
     try:
-        return COMMANDS[args.command](args)
+        with quiet_notices(bool(getattr(args, "quiet", False))):
+            return COMMANDS[args.command](args)
     except (ValueError, TypeError, RunError) as error:
         return fail(args.command, str(error))
     except OSError as error:  # a missing, unwritable or full path: its name and the reason
@@ -308,19 +280,42 @@ def main(argv: list[str] | None = None) -> int:
         detail = f" ({first_line(error)})" if str(error) else ""
         return fail(args.command, f"out of memory{detail}: ask for less (a smaller model, batch or image size)")
     except KeyboardInterrupt:
-        again = AFTER_INTERRUPT.get(args.command, "run it again")
-        print(f"structinit {args.command}: interrupted; {again}", file=sys.stderr)
+        print(f"structinit {args.command}: interrupted; {after_interrupt(args)}", file=sys.stderr)
         return 130
     finally:
         warnings.formatwarning = shown
-        PROGRESS_BAR.reset(bar)
 
 
-def _solve_bar(total: int, description: str) -> Any:
-    """tqdm's bar for the paper's solve (sharpness.py): on a terminal, gone when it ends."""
-    from tqdm.auto import tqdm
+def after_interrupt(args: argparse.Namespace) -> str:
+    """What an interrupted command left, read from its folder at that moment, and what to do."""
+    out = getattr(args, "run_out", None) or getattr(args, "out", None)
+    if args.command not in ("train", *GRIDS) or not out:
+        return AFTER_INTERRUPT.get(args.command, "run it again")
+    if args.command == "train":
+        held = checkpointed(Path(out))
+        if held is None:
+            return f"no epoch had finished, so {out} holds no checkpoint: run it again"
+        return f"finished epochs are checkpointed: {out} holds {held}; --resume goes on from there"
+    runs = [run.parent for run in Path(out).rglob("last.pt")] if Path(out).is_dir() else []
+    finished = sum((run / "summary.json").exists() for run in runs)
+    if not runs:
+        return f"no run in {out} had finished an epoch: {GRID_AGAIN}"
+    held = [f"{finished} finished run{'s' * (finished != 1)}"] if finished else []
+    held += [f"{len(runs) - finished} with finished epochs to resume"] if len(runs) > finished else []
+    return f"finished epochs are checkpointed: {out} holds {' and '.join(held)}; {GRID_AGAIN}"
 
-    return tqdm(total=total, desc=description, unit="step", leave=False, disable=None)
+
+def checkpointed(run: Path) -> str | None:
+    """What `run`'s checkpoint holds ("3 epochs": its log's lines), None where it has none."""
+    from ..training.record import MetricsLog
+
+    if not (run / "last.pt").is_file():
+        return None
+    try:
+        epochs = len(MetricsLog(run).epochs())
+    except (RunError, OSError, ValueError):  # a damaged log: --resume names it
+        return "a checkpoint"
+    return f"{epochs} epoch{'s' * (epochs != 1)}" if epochs else "a checkpoint"
 
 
 def _interrupt(signum: int, frame: object) -> None:

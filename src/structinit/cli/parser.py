@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         "impulse-soft), tabulate them and draw their attention maps at init and trained.",
     )
     demo.add_argument("--out", default="runs/demo", help="directory of the runs, tables and figures")
-    demo.add_argument("--epochs", type=int, default=30, help="epochs of every run")
+    demo.add_argument("--epochs", type=int, help="epochs of every run (default: sized to this CPU, at most 30)")
     demo.add_argument("--seeds", default="0", help="comma-separated seeds: each init trained once per seed")
     demo.add_argument("--quiet", action="store_true", help="no progress bars or lines")
     return parser

@@ -14,7 +14,7 @@ from torch import nn
 
 from ..adapters import ModelAdapter, unwrap
 from ..adapters.convmixer import ConvMixerAdapter, get_conv_adapter
-from ..errors import first_line
+from ..errors import first_line, quiet_notices
 from ..offsets import check_kernel_size
 from ..report import Report
 from ..seeds import check_seed
@@ -42,7 +42,13 @@ def _seed_to_start(seed: int | None) -> int:
 
 
 def initialize(
-    model: nn.Module, method: str, *, kernel_size: int | None = None, seed: int | None = None, **options: Any
+    model: nn.Module,
+    method: str,
+    *,
+    kernel_size: int | None = None,
+    seed: int | None = None,
+    quiet: bool = False,
+    **options: Any,
 ) -> Report:
     """Initialise `model` in place with `method` and return a report.
 
@@ -74,25 +80,37 @@ def initialize(
     share weights). An init that refuses a model or its options does so before it writes anything (a
     weight factor over options.LIMIT included); numbers that still overflow (a huge pos_scale) are named
     after the write, and the model must be created again. Report.set_tensors names every tensor it wrote.
+    Long work (impulse's first solve of a shape, mimetic's past 2 s) is announced by a `structinit.errors.Notice`
+    (one line) and a progress bar on a terminal; `quiet=True` shows neither.
     """
     seed = _seed_to_start(seed)
     model = unwrap(model)
     if method == AUTO and isinstance(model, nn.Module):
         method = default_label(model)
     variant, (method, given, kernel_size) = _variant(method), _split_method(method, options, kernel_size)
-    if isinstance(model, nn.Module) and any(t.is_meta for t in (*model.parameters(), *model.buffers())):
-        raise ValueError(
-            "the model's weights are on the meta device (no values): materialise it first, e.g. "
-            "model.to_empty(device='cpu'), then initialise it"
-        )
+    _check_materialised(model)
     try:
-        with _on_cpu(model), one_torch_thread():
+        with _on_cpu(model), one_torch_thread(), quiet_notices(quiet):
             versions = _versions(model)
             report = _initialize(model, method, kernel_size, seed, given, variant)
             report.set_tensors = _written(model, versions)
         failed = ""
     except (torch.linalg.LinAlgError, np.linalg.LinAlgError) as error:  # a solve on numbers an option spoilt
         report, failed = None, f" ({first_line(error)})"
+    _check_finite(model, method, given, failed)
+    return report
+
+
+def _check_materialised(model: nn.Module) -> None:
+    if isinstance(model, nn.Module) and any(t.is_meta for t in (*model.parameters(), *model.buffers())):
+        raise ValueError(
+            "the model's weights are on the meta device (no values): materialise it first, e.g. "
+            "model.to_empty(device='cpu'), then initialise it"
+        )
+
+
+def _check_finite(model: nn.Module, method: str, given: dict | MethodOptions, failed: str) -> None:
+    """ValueError where the init left a tensor not finite, or its solve `failed` (the LAPACK error quoted)."""
     bad = _not_finite(model)
     if bad or failed:
         listed = f"{len(bad)} tensor(s) not finite ({', '.join(bad[:3])})" if bad else "non-finite numbers"
@@ -100,7 +118,6 @@ def initialize(
             f"the init {method} made {listed}{failed}: check its options ({given}); the model's weights are "
             "spoilt, create it again"
         )
-    return report
 
 
 def _versions(model: nn.Module) -> dict[str, int]:

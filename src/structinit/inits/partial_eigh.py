@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from typing import Any
+import threading
 
 import numpy as np
 import scipy.linalg
@@ -96,9 +96,34 @@ def _buffer(a: np.ndarray, overwrite: bool) -> np.ndarray:
     return np.array(a, dtype=np.float64, order="C")
 
 
-def _one_thread() -> Any:
-    """scipy's OpenBLAS held to one thread for a call (13 µs in and out)."""
-    return _openblas().limit(limits=1)
+class _OneThread:
+    """scipy's OpenBLAS held to one thread while any call is in flight, on any thread. Its thread count is the
+    process's: a limit set and lifted a call (0.4.0) gave a call on another thread OpenBLAS's whole team each
+    time a call beside it ended first (mimetic's factorisations on two threads, and OpenBLAS's team, spun on
+    each other's cores)."""
+
+    def __init__(self) -> None:
+        self.lock, self.calls, self.limit = threading.Lock(), 0, None
+
+    def __enter__(self) -> None:
+        with self.lock:
+            if self.calls == 0:
+                self.limit = _openblas().limit(limits=1)
+            self.calls += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self.lock:
+            self.calls -= 1
+            if self.calls == 0 and self.limit is not None:
+                self.limit.restore_original_limits()
+                self.limit = None
+
+
+_ONE_THREAD = _OneThread()
+
+
+def _one_thread() -> _OneThread:
+    return _ONE_THREAD
 
 
 @functools.cache

@@ -3,7 +3,7 @@
 closed form can meet). Found, in order: in the table shipped with structinit (the full solve of timm's
 registered ViTs and structinit's presets, benchmarks/solve_grid.py --part table), matched by the pseudo
 input itself; in the cache (~/.cache/structinit/paper-sharpness/, one file per pseudo input); else solved
-once, with a notice of its expected time and a progress bar where one is set (the command line's).
+once, with a notice of its expected time and a progress bar on a terminal.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from ..adapters.base import timm_embeddings_
 from ..cachefiles import keep, read_kept
 from ..errors import Notice
 from .paper_solve import STEPS, PaperSolve, paper_solve
-from .progress import NOTICE_SECONDS, PROGRESS_BAR, duration
+from .progress import NOTICE_SECONDS, duration, progress_bar
 from .threads import available_threads
 
 DECIMALS = 2  # the solve's mass is kept to 0.01 (docs/methods.md: its spread over the solve's seeds), in [0.01, 0.99]
@@ -39,6 +39,8 @@ KEPT_LIMIT = 4096  # bytes: a kept value is a few lines
 
 # where the solve runs (the model's device, api.initialize sets it)
 SOLVE_DEVICE: contextvars.ContextVar[torch.device | None] = contextvars.ContextVar("solve_device", default=None)
+# called with the solve's arguments before a one-off solve starts; it may raise to refuse it (choose: its budget)
+BEFORE_SOLVE: contextvars.ContextVar[Callable[..., None] | None] = contextvars.ContextVar("before_solve", default=None)
 
 
 def paper_sharpness(pseudo: torch.Tensor, grid: tuple[int, int], heads: int, kernel_size: int) -> tuple[float, str]:
@@ -59,6 +61,8 @@ def paper_sharpness(pseudo: torch.Tensor, grid: tuple[int, int], heads: int, ker
     if why or kept is not None:
         why = why or f"{path} holds no sharpness the solve writes ({json.dumps(kept)[:40]})"
         warnings.warn(f"impulse: {why}: solved again", Notice, stacklevel=3)
+    if (before := BEFORE_SOLVE.get()) is not None:
+        before(pseudo, grid, heads, kernel_size)
     solve, seconds = _solve(pseudo, grid, heads, kernel_size, path)
     value = rounded(solve.mass)
     record = {"mass": value, "reached": round(solve.mass, 6), "steps": solve.steps, "seconds": round(seconds, 2)}
@@ -141,7 +145,7 @@ def _solve(
 @contextlib.contextmanager
 def _progress(what: str, device: torch.device, threads: int, path: Path) -> Iterator[Callable[[int], None]]:
     """on_step for the solve: after 5 timed steps, a notice of the expected time where it is over
-    NOTICE_SECONDS, and the progress bar where one is set."""
+    NOTICE_SECONDS, and the progress bar (progress.progress_bar)."""
     where = f"{threads} CPU thread{'s' * (threads > 1)}" if device.type == "cpu" else str(device)
     state: dict[str, Any] = {"bar": None}
 
@@ -158,8 +162,7 @@ def _progress(what: str, device: torch.device, threads: int, path: Path) -> Iter
                     Notice,
                     stacklevel=5,
                 )
-                make = PROGRESS_BAR.get()
-                state["bar"] = make(STEPS, "impulse: the paper's solve") if make is not None else None
+                state["bar"] = progress_bar(STEPS, "impulse: the paper's solve")
                 state["done"] = 0
         if state["bar"] is not None:
             state["bar"].update(step - state["done"])

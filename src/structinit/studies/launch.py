@@ -20,7 +20,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import RunError, one_line_warning
+from ..errors import RunError, one_line_warning, quiet_notices
 from ..version import DISTRIBUTION
 
 if TYPE_CHECKING:
@@ -106,7 +106,8 @@ class TrainJob:
 
         torch.set_num_threads(self.threads)
         resume = (Path(config.out) / "last.pt").exists()
-        return train(dataclasses.replace(config, resume=resume, quiet=True))
+        with quiet_notices(config.quiet):  # the grid's quiet; the run's own (no bar) always
+            return train(dataclasses.replace(config, resume=resume, quiet=True))
 
     def checkpoint(self, config: TrainConfig) -> Any:
         from submitit.helpers import DelayedSubmission
