@@ -2,12 +2,18 @@
 of `torchrun ... train.py`, their flags verbatim, on small generated data; a small model and one epoch appended
 (issue 76). Their start-up lines say what each of timm's flags became."""
 
+import json
+import os
 import pickle
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torchvision.datasets.cifar
 
+import structinit
 from conftest import make_imagefolder
 from structinit.cli import main
 
@@ -97,3 +103,21 @@ def test_lr_base_scales_with_the_global_batch_as_timm(scale, lr):
     # timm's default scale: sqrt for adamw ('ada' in its name), linear for sgd
     assert TrainConfig(lr_base=0.1, batch_size=64, grad_accum_steps=4).peak_lr == pytest.approx(0.1)
     assert TrainConfig(lr_base=0.1, batch_size=64, opt="sgd").peak_lr == pytest.approx(0.025)
+
+
+def test_the_imagenet_command_runs_under_torchrun(tmp_path):
+    """`torchrun ... -m structinit train` in place of `torchrun ... train.py`: two processes (gloo on a CPU)."""
+    root = make_imagefolder(tmp_path / "imagenet", 40, per_class=33, splits=("train",))
+    make_imagefolder(tmp_path / "imagenet", 41, per_class=2, splits=("val",))
+    out = tmp_path / "run"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    argv = ["-m", "structinit", "train", str(root), *IMAGENET, *SMALL, "--num-classes", "2", "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(Path(structinit.__file__).parents[1])}
+    result = subprocess.run([*torchrun, *argv], capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stdout[-1500:] + result.stderr[:1500]
+    assert "epochs in all: 310 (300 + 10 of cool-down" in result.stdout
+    assert "--aug-repeats 3: timm's RepeatAugSampler, each image drawn 3 times across the processes" in result.stdout
+    note = "structinit: note: --model-kwargs weight_init=skip post_weight_init=mimetic"
+    assert result.stderr.count(note) == 1  # rank 0's, not each process's
+    epochs = [json.loads(line)["epoch"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert epochs == [1] and (out / "last.pt").is_file()  # rank 0 wrote one epoch and its checkpoint

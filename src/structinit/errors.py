@@ -3,6 +3,7 @@ silenced by `quiet`), and quoting another error or a value in one line."""
 
 import contextlib
 import contextvars
+import os
 import re
 import sys
 import warnings
@@ -41,12 +42,13 @@ def notices_quiet() -> bool:
 
 def _show_warning(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
     """warnings.showwarning, installed on import: a Notice is one line (`structinit: note: ...`, no file
-    path or source line), once per process, none where quiet; every other warning goes to the showwarning
-    that was there before (other libraries' warnings shown as they were)."""
+    path or source line), once per process, none where quiet or in a process torchrun started other than rank 0
+    (its notices are rank 0's); every other warning goes to the showwarning that was there before (other
+    libraries' warnings shown as they were)."""
     if not issubclass(category, Notice):
         return _show_other(message, category, filename, lineno, file, line)
     text = f"structinit: note: {' '.join(str(message).split())}\n"
-    if _QUIET.get() or text in _SHOWN:
+    if _QUIET.get() or text in _SHOWN or os.environ.get("RANK", "0").strip() not in ("0", ""):
         return None
     _SHOWN.add(text)
     with contextlib.suppress(OSError, AttributeError):  # no stderr (pythonw) or a closed one, as Python's own

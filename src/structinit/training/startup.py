@@ -156,7 +156,8 @@ def recipe_lines(config: TrainConfig, model: nn.Module, in_memory: bool) -> list
     if config.aug_repeats:
         repeats, world = f"--aug-repeats {config.aug_repeats:g}", distributed_processes().world
         off = "one process, as timm's train.py" if world == 1 else "in-memory data (timm's sampler streams images)"
-        on = f"{repeats}: each image {config.aug_repeats:g} times an epoch (timm's RepeatAugSampler)"
+        on = f"{repeats}: timm's RepeatAugSampler, each image drawn {config.aug_repeats:g} times across the processes"
+        on += f" in an epoch as long as the data (about 1/{config.aug_repeats:g} of the images an epoch)"
         extras.append(f"{repeats}: off in {off}" if world == 1 or in_memory else on)
     return lines + ([", ".join(e for e in extras if e)] if any(extras) else [])
 
