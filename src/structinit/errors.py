@@ -47,7 +47,7 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):  #
     libraries' warnings shown as they were)."""
     if not issubclass(category, Notice):
         return _show_other(message, category, filename, lineno, file, line)
-    text = f"structinit: note: {' '.join(str(message).split())}\n"
+    text = _own_line("note", message)
     if _QUIET.get() or text in _SHOWN or os.environ.get("RANK", "0").strip() not in ("0", ""):
         return None
     _SHOWN.add(text)
@@ -95,5 +95,9 @@ def one_line_warning(message, category, filename, lineno, line=None) -> str:  # 
     Python shows them, less the library's source line."""
     if not Path(filename).resolve().is_relative_to(PACKAGE):
         return _format_warning(message, category, filename, lineno, line="")
-    kind = "note" if issubclass(category, Notice) else "warning"
+    return _own_line("note" if issubclass(category, Notice) else "warning", message)
+
+
+def _own_line(kind: str, message: object) -> str:
+    """structinit's warning or note as one line: `structinit: KIND: ...` (the terminal wraps it)."""
     return f"structinit: {kind}: {' '.join(str(message).split())}\n"
