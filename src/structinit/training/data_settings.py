@@ -7,11 +7,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .setting import GRID_AXIS, NEW, PLACE, SEED_BOUNDS, WATCHED, names, setting
+from .setting import GRID_AXIS, NEW, NEW_060, PLACE, SEED_BOUNDS, WATCHED, names, setting
 
 # (timm's --dataset torch/NAME reads that set under DIR, --dataset '' the folder DIR: docs/training.md)
 DATA_HELP = "digits | imagefolder:DIR | cifar10 | cifar100 | svhn | stl10 | flowers102 | pets | food101 | imagenet:DIR"
-SINCE = {"since": "0.6.0"}
 # the interpolations of timm's --interpolation (PIL's filters) that an evaluation resize takes
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "box", "hamming", "lanczos")
 
@@ -135,7 +134,7 @@ class DataSettings:
         nargs="+",
         metavar="X",
         help="normalisation mean of each channel (timm's; one value: every channel's; default: the model's, else 0.5)",
-        **SINCE,
+        **NEW_060,
     )
     std: list[float] | None = setting(
         None,
@@ -144,7 +143,7 @@ class DataSettings:
         nargs="+",
         metavar="X",
         help="normalisation std of each channel (as --mean)",
-        **SINCE,
+        **NEW_060,
     )
     crop_pct: float | None = setting(
         None,
@@ -152,17 +151,17 @@ class DataSettings:
         bounds="(0, 1]",
         help="timm's evaluation crop: images resized to size / X, then the centre size x size taken (default: "
         "streamed images the model's, 0.9 for ViTs; images in memory as they are)",
-        **SINCE,
+        **NEW_060,
     )
     interpolation: str | None = setting(
         None,
         group="data",
         choices=INTERPOLATIONS,
         help="the evaluation resize's interpolation (timm's; default: the model's, bicubic for ViTs)",
-        **SINCE,
+        **NEW_060,
     )
     pin_mem: bool | None = setting(
-        None, group="data", help="DataLoaders pin memory (default: on CUDA; timm's --pin-mem)", **SINCE, **WATCHED
+        None, group="data", help="DataLoaders pin memory (default: on CUDA; timm's --pin-mem)", **NEW_060, **WATCHED
     )
     hflip: float | None = setting(
         None,
@@ -170,7 +169,7 @@ class DataSettings:
         bounds="[0, 1]",
         metavar="P",
         help="flip training images left-right with probability P (timm's; default: 0.5, except digits and svhn: 0)",
-        **SINCE,
+        **NEW_060,
     )
     color_jitter: float | None = setting(
         None,
@@ -178,7 +177,7 @@ class DataSettings:
         bounds="[0, inf)",
         help="timm's colour jitter of training images: brightness, contrast and saturation by factors in [1-X, 1+X], "
         "off under an --aa policy as in timm (default: 0.4 on streamed images, timm's; off in memory)",
-        **SINCE,
+        **NEW_060,
     )
     scale: list[float] | None = setting(
         None,
@@ -187,7 +186,7 @@ class DataSettings:
         nargs=2,
         metavar="X",
         help="timm's RandomResizedCrop area range of streamed training images (default: 0.08 1)",
-        **SINCE,
+        **NEW_060,
     )
     ratio: list[float] | None = setting(
         None,
@@ -196,7 +195,7 @@ class DataSettings:
         nargs=2,
         metavar="X",
         help="its aspect-ratio range (default: 0.75 1.333)",
-        **SINCE,
+        **NEW_060,
     )
 
 

@@ -67,6 +67,7 @@ PLACE = {"identity": False}  # where files are, not what is computed
 GRID_AXIS = {"recipe": False}  # a grid varies it, so it is no part of the grid's recipe
 SEED_BOUNDS = f"[0, {MAX_SEED}]"  # numpy's seeds
 NEW = {"since": "0.3.0"}  # added since runs were recorded: they did its default
+NEW_060 = {"since": "0.6.0"}  # added in 0.6.0: runs recorded before did its default
 
 
 # a setting's declared type -> (the Python types it takes, its name in messages)

@@ -9,9 +9,8 @@ import math
 from dataclasses import dataclass
 
 from .data_settings import DataSettings
-from .setting import NEW, int_list, setting
+from .setting import NEW, NEW_060, int_list, setting
 
-V060 = {"since": "0.6.0"}  # recorded runs before 0.6.0 did their defaults
 LR_BASE_HELP = (
     "timm's base lr: the peak lr is X x (global batch x --grad-accum-steps / --lr-base-size), or its square "
     "root (--lr-base-scale); used where --lr is not given"
@@ -22,9 +21,9 @@ LR_BASE_HELP = (
 class TimmSettings(DataSettings):
     """timm's lr scaling, layer decay, schedule shape, dropout and repeated augmentation."""
 
-    lr_base: float | None = setting(None, group="optim", bounds="(0, inf)", metavar="X", help=LR_BASE_HELP, **V060)
+    lr_base: float | None = setting(None, group="optim", bounds="(0, inf)", metavar="X", help=LR_BASE_HELP, **NEW_060)
     lr_base_size: int = setting(
-        256, group="optim", bounds="[1, inf)", help="the batch --lr-base is given for (timm's)", **V060
+        256, group="optim", bounds="[1, inf)", help="the batch --lr-base is given for (timm's)", **NEW_060
     )
     lr_base_scale: str | None = setting(
         None,
@@ -32,14 +31,14 @@ class TimmSettings(DataSettings):
         choices=("linear", "sqrt"),
         help="how --lr-base scales with the batch (default: sqrt for adaptive optimisers, ada*/lamb*, else "
         "linear, as timm's train.py)",
-        **V060,
+        **NEW_060,
     )
     layer_decay: float | None = setting(
         None,
         group="optim",
         bounds="(0, 1]",
         help="layer-wise lr decay (timm.optim's): each block's lr is X times the next one's; 1.0: the same lr",
-        **V060,
+        **NEW_060,
     )
     cooldown_epochs: int = setting(
         0,
@@ -68,15 +67,20 @@ class TimmSettings(DataSettings):
         **NEW,
     )
     drop_rate: float = setting(
-        0.0, group="augment", aliases=("--drop",), bounds="[0, 1)", help="the model's dropout (timm's --drop)", **V060
+        0.0,
+        group="augment",
+        aliases=("--drop",),
+        bounds="[0, 1)",
+        help="the model's dropout (timm's --drop)",
+        **NEW_060,
     )
     aug_repeats: float = setting(
         0.0,
         group="augment",
         bounds="[0, 64]",
-        help="repeated augmentation (timm's RepeatAugSampler): each image N times a step, under several "
-        "processes; off in one process, as in timm",
-        **V060,
+        help="repeated augmentation (timm's RepeatAugSampler): each image drawn N times across the processes, "
+        "an epoch as long as the data; off in one process, as in timm",
+        **NEW_060,
     )
 
 
